@@ -1,0 +1,50 @@
+# Two commands do all the set-up on a fresh machine:
+#   make flywheel   run the flywheel on the embedded defaults (no services, no credentials)
+#   make test       run the test suite
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DAYS ?= 14
+START ?= 2013-01-01
+
+export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel
+export DAGSTER_HOME ?= $(FLYWHEEL_HOME)/dagster
+export DBT_SEND_ANONYMOUS_USAGE_STATS := false
+
+.PHONY: setup flywheel test test-all lint dev bench clean
+
+setup: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml dbt_project/target/manifest.json
+
+# torch goes in first through pip, so a machine's own wheel index (CPU build) or the registry's
+# default build (CUDA) is used; uv then resolves the rest around it. DVC's hydra pins antlr 4.9,
+# Dagster's selection parser needs 4.13: overrides.txt settles it (README, "Dependencies").
+$(VENV)/.installed: pyproject.toml overrides.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check uv==0.13.9 torch==2.13.0
+	$(VENV)/bin/uv pip install -q --python $(PY) --override overrides.txt -e ".[dev]"
+	touch $@
+
+$(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp deploy/dagster.yaml $@
+
+dbt_project/target/manifest.json: $(VENV)/.installed $(shell find dbt_project -name '*.sql' -o -name '*.yml' -not -path '*/target/*')
+	cd dbt_project && ../$(VENV)/bin/dbt parse --quiet --profiles-dir .
+
+flywheel: setup
+	$(PY) -m sim run --start $(START) --days $(DAYS)
+
+test: setup
+	$(VENV)/bin/pytest -m "not slow"
+
+test-all: setup
+	$(VENV)/bin/pytest
+
+lint: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+dev: setup
+	$(VENV)/bin/dagster dev -w workspace.yaml
+
+clean:
+	rm -rf $(FLYWHEEL_HOME) dbt_project/target

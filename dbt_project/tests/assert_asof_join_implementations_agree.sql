@@ -1,0 +1,51 @@
+{{ config(enabled=target.type == 'duckdb', tags=['daily']) }}
+
+{#- The portable as-of join returns what DuckDB's native ASOF JOIN returns, on real data. -#}
+
+{%- set arguments = dict(
+    left_relation='flights',
+    right_relation='weather_observations',
+    left_key='origin',
+    right_key='origin',
+    left_at='scheduled_departure_at',
+    right_at='observed_at',
+    right_columns=['observed_at', 'temp', 'visib'],
+    lookback_hours=var('weather_lookback_hours'),
+    left_unique_key='flight_id',
+) %}
+
+with
+
+flights as (
+
+    select flight_id, origin, scheduled_departure_at from {{ ref('stg_landing__flights') }}
+
+),
+
+weather_observations as (
+
+    select * from {{ ref('stg_landing__weather_observations') }}
+
+),
+
+native as (
+
+    {{ flywheel.duckdb__asof_join(**arguments) }}
+
+),
+
+portable as (
+
+    {{ flywheel.default__asof_join(**arguments) }}
+
+),
+
+final as (
+
+    (select 'only_native' as found_in, * from native except select 'only_native', * from portable)
+    union all
+    (select 'only_portable', * from portable except select 'only_portable', * from native)
+
+)
+
+select * from final

@@ -1,0 +1,136 @@
+"""Configuration dataclasses for the tabular late-arrival task; defaults describe the flights task."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+FLIGHT_CATEGORICAL: tuple[str, ...] = (
+    "carrier",
+    "origin",
+    "dest",
+    "route",
+    "plane_manufacturer",
+    "plane_type",
+    "plane_engine",
+)
+FLIGHT_NUMERIC: tuple[str, ...] = (
+    "scheduled_hour",
+    "scheduled_weekday",
+    "scheduled_month",
+    "distance",
+    "temp",
+    "dewp",
+    "humid",
+    "wind_dir",
+    "wind_speed",
+    "wind_gust",
+    "precip",
+    "pressure",
+    "visib",
+    "plane_age_years",
+    "plane_seats",
+    "plane_engines",
+    "route_late_rate_28d",
+    "route_labelled_28d",
+    "carrier_late_rate_28d",
+    "carrier_labelled_28d",
+    "origin_hour_late_rate_28d",
+    "origin_hour_labelled_28d",
+)
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """Which columns of a split table are features, the label and identifiers."""
+
+    categorical: tuple[str, ...] = FLIGHT_CATEGORICAL
+    numeric: tuple[str, ...] = FLIGHT_NUMERIC
+    label: str = "is_late"
+    id_columns: tuple[str, ...] = ("flight_id", "flight_date")
+    # Categories seen fewer times than this in train share the out-of-vocabulary bucket.
+    min_category_frequency: int = 1
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of the tabular network."""
+
+    arch: Literal["mlp", "resmlp"] = "resmlp"
+    width: int = 128
+    depth: int = 2
+    dropout: float = 0.1
+    embedding_dim_max: int = 16
+    embedding_dim_min: int = 2
+
+    def embedding_dim(self, cardinality: int) -> int:
+        """Return the embedding width for a vocabulary size (fast.ai's 1.6 * n^0.56, clipped)."""
+        dim = round(1.6 * cardinality**0.56)
+        return max(self.embedding_dim_min, min(self.embedding_dim_max, dim))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation and hardware settings for one training run."""
+
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    batch_size: int = 1024
+    max_epochs: int = 20
+    accumulate_grad_batches: int = 1
+    # "auto" resolves to bf16-mixed on CUDA devices with bf16 support and 32-true elsewhere.
+    precision: str = "auto"
+    accelerator: str = "auto"
+    devices: int | str = 1
+    # "auto" becomes DDP when more than one device is configured.
+    strategy: str = "auto"
+    seed: int = 0
+    early_stopping_patience: int | None = 5
+    monitor: str = "val/logloss"
+    checkpoint_dir: str | None = None
+    # Deterministic kernels cost speed on GPUs; CPU training is deterministic without it.
+    deterministic: bool = False
+    gradient_clip_val: float | None = 1.0
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Bounds of the hyperparameter search (one Optuna objective reads all of them)."""
+
+    lr: tuple[float, float] = (1e-4, 3e-2)
+    weight_decay: tuple[float, float] = (1e-6, 1e-2)
+    width: tuple[int, ...] = (64, 128, 256)
+    depth: tuple[int, int] = (1, 4)
+    dropout: tuple[float, float] = (0.0, 0.4)
+    arch: tuple[str, ...] = ("mlp", "resmlp")
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """Budget, storage and pruning settings of a hyperparameter study."""
+
+    n_trials: int | None = 20
+    timeout_s: float | None = None
+    # A file path selects a journal file; anything with "://" is an RDB URL passed to Optuna.
+    storage: str = ".flywheel/optuna/flights.journal"
+    study_name: str = "flights-is-late"
+    sampler_seed: int = 0
+    min_resource: int = 1
+    # The Hyperband maximum resource is TrainConfig.max_epochs, so both cannot disagree.
+    reduction_factor: int = 3
+    pruning: bool = True
+    search_space: SearchSpace = field(default_factory=SearchSpace)
+    # Threads in this process; more processes may run tune() against the same storage.
+    n_jobs: int = 1
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """Return a JSON-serialisable dict of a (possibly nested) config dataclass."""
+    return asdict(config)
+
+
+def config_from_dict(cls: type[T], state: dict[str, Any]) -> T:
+    """Rebuild a flat config dataclass from ``config_to_dict`` output (lists back to tuples)."""
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in state.items()})

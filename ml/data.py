@@ -1,0 +1,157 @@
+"""A LightningDataModule that keeps every split as tensors on the training device."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import lightning as L
+import pandas as pd
+import torch
+from torch import Tensor
+
+from ml.config import FeatureConfig
+from ml.preprocessing import Preprocessor
+
+Split = pd.DataFrame | str | Path
+Batch = tuple[Tensor, Tensor, Tensor]
+
+
+class EpochOrder:
+    """Deterministic per-epoch row order for one rank, derived from ``seed`` and the epoch.
+
+    Lightning calls ``set_epoch`` on a loader's ``sampler`` at the start of every training epoch,
+    including the first epoch after a resume, so a resumed run replays the same batches.
+    """
+
+    def __init__(self, n: int, shuffle: bool, seed: int, rank: int = 0, world_size: int = 1):
+        self.n, self.shuffle, self.seed = n, shuffle, seed
+        self.rank, self.world_size = rank, world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order ``indices`` returns next."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        if self.world_size == 1:
+            return self.n
+        if self.shuffle:
+            return math.ceil(self.n / self.world_size)
+        return len(range(self.rank, self.n, self.world_size))
+
+    def indices(self) -> Tensor | None:
+        """Return this rank's row indices for the epoch, or None for all rows in order."""
+        if not self.shuffle and self.world_size == 1:
+            return None
+        if self.shuffle:
+            # A CPU generator gives the same order on every device type and every rank.
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = torch.randperm(self.n, generator=gen)
+        else:
+            order = torch.arange(self.n)
+        if self.world_size == 1:
+            return order
+        if self.shuffle:
+            # Training shards must be equal so every DDP rank takes the same number of steps.
+            padded = self.world_size * len(self)
+            order = torch.cat([order, order[: padded - self.n]])
+        return order[self.rank :: self.world_size]
+
+
+class DeviceBatches:
+    """Iterable of batches sliced from device-resident tensors: no workers, no per-row Python."""
+
+    # Lightning inspects the DataLoader-style ``sampler``/``batch_sampler`` pair and calls
+    # ``sampler.set_epoch`` each epoch; there is no batch sampler to wrap.
+    batch_sampler = None
+
+    def __init__(self, tensors: Batch, batch_size: int, sampler: EpochOrder):
+        self.tensors, self.batch_size, self.sampler = tensors, batch_size, sampler
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.sampler) / self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        idx = self.sampler.indices()
+        if idx is None:
+            n = self.tensors[0].shape[0]
+            for start in range(0, n, self.batch_size):
+                yield tuple(t[start : start + self.batch_size] for t in self.tensors)
+            return
+        idx = idx.to(self.tensors[0].device)
+        for start in range(0, idx.shape[0], self.batch_size):
+            sel = idx[start : start + self.batch_size]
+            yield tuple(t.index_select(0, sel) for t in self.tensors)
+
+
+class TabularDataModule(L.LightningDataModule):
+    """Fits the preprocessor on train, then serves all splits from tensors on the device."""
+
+    def __init__(
+        self,
+        train: Split,
+        val: Split,
+        test: Split | None = None,
+        features: FeatureConfig | None = None,
+        batch_size: int = 1024,
+        eval_batch_size: int | None = None,
+        seed: int = 0,
+        preprocessor: Preprocessor | None = None,
+    ):
+        super().__init__()
+        features = preprocessor.features if preprocessor else features or FeatureConfig()
+        frames = {"train": train, "val": val} | ({"test": test} if test is not None else {})
+        frames = {name: _read(split, features) for name, split in frames.items()}
+        self.preprocessor = preprocessor or Preprocessor.fit(frames["train"], features)
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or 4 * batch_size
+        self.seed = seed
+        self.splits: dict[str, Batch] = {k: self._tensors(f) for k, f in frames.items()}
+        self._on_device: dict[str, Batch] = {}
+
+    def _tensors(self, frame: pd.DataFrame) -> Batch:
+        categorical, numeric = self.preprocessor.transform(frame)
+        labels = self.preprocessor.labels(frame)
+        return torch.from_numpy(categorical), torch.from_numpy(numeric), torch.from_numpy(labels)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Copy every split once to the device the trainer's strategy placed this rank on."""
+        device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
+        self._on_device = {k: tuple(t.to(device) for t in v) for k, v in self.splits.items()}
+
+    def _loader(self, split: str, shuffle: bool) -> DeviceBatches:
+        tensors = self._on_device.get(split) or self.splits[split]
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        order = EpochOrder(tensors[0].shape[0], shuffle, self.seed, rank, world)
+        return DeviceBatches(tensors, self.batch_size if shuffle else self.eval_batch_size, order)
+
+    def train_dataloader(self) -> DeviceBatches:
+        """Shuffled training batches, one seeded permutation per epoch."""
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DeviceBatches:
+        """Validation batches in row order."""
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DeviceBatches:
+        """Test batches in row order (requires a test split)."""
+        return self._loader("test", shuffle=False)
+
+    @property
+    def cardinalities(self) -> list[int]:
+        """Embedding table sizes of the fitted preprocessor."""
+        return self.preprocessor.cardinalities
+
+    @property
+    def n_numeric_inputs(self) -> int:
+        """Numeric input width of the fitted preprocessor."""
+        return self.preprocessor.n_numeric_inputs
+
+
+def _read(split: Split, features: FeatureConfig) -> pd.DataFrame:
+    if isinstance(split, pd.DataFrame):
+        return split
+    columns = [*features.categorical, *features.numeric, features.label]
+    return pd.read_parquet(split, columns=columns)

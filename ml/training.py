@@ -1,0 +1,161 @@
+"""Train a TabularClassifier with resumable, atomic checkpoints; returns a TrainResult."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.loggers import Logger
+
+from ml.callbacks import AtomicCheckpointIO, EpochSeed, MetricHistory
+from ml.config import ModelConfig, TrainConfig
+from ml.data import TabularDataModule
+from ml.models import TabularClassifier
+
+LAST_CHECKPOINT = "last.ckpt"
+
+
+@dataclass
+class TrainResult:
+    """Outcome of one training run (``wall_seconds`` covers this process only, not a resume's past)."""
+
+    best_metrics: dict[str, float]
+    best_epoch: int | None
+    best_checkpoint: str | None
+    epochs_run: int
+    wall_seconds: float
+    device: str
+    precision: str
+    resumed_from: str | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def resolve_precision(precision: str, accelerator: str = "auto") -> str:
+    """Map "auto" to bf16-mixed on bf16-capable CUDA devices and 32-true everywhere else."""
+    if precision != "auto":
+        return precision
+    on_cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    return "bf16-mixed" if on_cuda and torch.cuda.is_bf16_supported() else "32-true"
+
+
+def resolve_strategy(strategy: str, devices: int | str | Sequence[int]) -> str:
+    """Use DDP when "auto" meets more than one explicitly requested device."""
+    if strategy != "auto":
+        return strategy
+    n = len(devices) if isinstance(devices, Sequence) and not isinstance(devices, str) else devices
+    return "ddp" if isinstance(n, int) and n > 1 else "auto"
+
+
+def device_name(device: torch.device) -> str:
+    """Return a human-readable name of the device a run used."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
+def build_module(
+    datamodule: TabularDataModule, model_config: ModelConfig, train_config: TrainConfig
+) -> TabularClassifier:
+    """Create a classifier sized for the datamodule's fitted preprocessor."""
+    return TabularClassifier(
+        datamodule.cardinalities,
+        datamodule.n_numeric_inputs,
+        model=model_config,
+        lr=train_config.lr,
+        weight_decay=train_config.weight_decay,
+        preprocessor=datamodule.preprocessor.to_dict(),
+    )
+
+
+def build_trainer(
+    config: TrainConfig,
+    callbacks: Sequence[L.Callback] = (),
+    logger: Logger | bool = False,
+    enable_progress_bar: bool = False,
+) -> L.Trainer:
+    """Create the Trainer for ``config``; checkpointing is on when ``checkpoint_dir`` is set."""
+    history = MetricHistory(config.monitor)
+    all_callbacks: list[L.Callback] = [EpochSeed(config.seed), history, *callbacks]
+    if config.early_stopping_patience is not None:
+        all_callbacks.append(
+            EarlyStopping(config.monitor, patience=config.early_stopping_patience, mode="min")
+        )
+    if config.checkpoint_dir is not None:
+        all_callbacks.append(
+            ModelCheckpoint(
+                dirpath=config.checkpoint_dir,
+                # Metric names hold "/", which a filename template would turn into folders.
+                filename="epoch{epoch:03d}",
+                auto_insert_metric_name=False,
+                monitor=config.monitor,
+                mode="min",
+                save_top_k=1,
+                save_last=True,
+                enable_version_counter=False,
+            )
+        )
+    return L.Trainer(
+        accelerator=config.accelerator,
+        devices=config.devices,
+        strategy=resolve_strategy(config.strategy, config.devices),
+        precision=resolve_precision(config.precision, config.accelerator),
+        max_epochs=config.max_epochs,
+        accumulate_grad_batches=config.accumulate_grad_batches,
+        gradient_clip_val=config.gradient_clip_val,
+        deterministic=config.deterministic,
+        callbacks=all_callbacks,
+        logger=logger,
+        enable_checkpointing=config.checkpoint_dir is not None,
+        enable_progress_bar=enable_progress_bar,
+        enable_model_summary=False,
+        # Data is already in memory and validated by the preprocessor; skip the sanity pass.
+        num_sanity_val_steps=0,
+        default_root_dir=config.checkpoint_dir,
+        plugins=[AtomicCheckpointIO()] if config.checkpoint_dir is not None else None,
+    )
+
+
+def train(
+    datamodule: TabularDataModule,
+    model_config: ModelConfig | None = None,
+    train_config: TrainConfig | None = None,
+    *,
+    callbacks: Sequence[L.Callback] = (),
+    logger: Logger | bool = False,
+    enable_progress_bar: bool = False,
+) -> TrainResult:
+    """Fit a classifier, resuming from ``last.ckpt`` in the checkpoint dir when one exists."""
+    model_config = model_config or ModelConfig()
+    config = train_config or TrainConfig()
+    start = time.perf_counter()
+    L.seed_everything(config.seed, verbose=False)
+    module = build_module(datamodule, model_config, config)
+    trainer = build_trainer(config, callbacks, logger, enable_progress_bar)
+    resume = _last_checkpoint(config.checkpoint_dir)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+    history = next(c for c in trainer.callbacks if isinstance(c, MetricHistory))
+    best = history.best()
+    checkpoint = trainer.checkpoint_callback if config.checkpoint_dir is not None else None
+    return TrainResult(
+        best_metrics={k: v for k, v in best.items() if k != "epoch"},
+        best_epoch=int(best["epoch"]) if best else None,
+        best_checkpoint=(checkpoint.best_model_path or None) if checkpoint else None,
+        epochs_run=trainer.current_epoch,
+        wall_seconds=time.perf_counter() - start,
+        device=device_name(trainer.strategy.root_device),
+        precision=str(trainer.precision),
+        resumed_from=resume,
+        history=list(history.records),
+    )
+
+
+def _last_checkpoint(checkpoint_dir: str | None) -> str | None:
+    if checkpoint_dir is None:
+        return None
+    last = Path(checkpoint_dir) / LAST_CHECKPOINT
+    return str(last) if last.exists() else None

@@ -1,0 +1,150 @@
+"""Landing-feed contracts: the columns, types, ranges and keys a task's landing files must obey.
+
+Pure Python (no Dagster): the ingestion assets, the simulator's tests and the benchmarks share it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+ColumnType = Literal["integer", "float", "string", "timestamp"]
+FeedKind = Literal["daily", "reference"]
+
+TASKS_DIR = Path(__file__).parent / "tasks"
+DAILY_KEY = re.compile(r"^(?P<feed>[a-z_]+)/(?P<day>\d{4}-\d{2}-\d{2})\.csv$")
+REFERENCE_KEY = re.compile(r"^reference/(?P<feed>[a-z_]+)\.csv$")
+
+# Warehouse column type of each contract type (portable SQL names).
+SQL_TYPES: dict[str, str] = {
+    "integer": "BIGINT",
+    "float": "DOUBLE",
+    "string": "VARCHAR",
+    "timestamp": "TIMESTAMP",
+}
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One column of a feed: its type and the values it may hold."""
+
+    name: str
+    type: ColumnType
+    nullable: bool = False
+    min: float | None = None
+    max: float | None = None
+    pattern: str | None = None
+    format: Literal["hhmm"] | None = None
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    """A landing feed: where its files land, what they hold, and what makes a row unique."""
+
+    name: str
+    kind: FeedKind
+    columns: tuple[ColumnSpec, ...]
+    key: tuple[str, ...]
+    partition_date: tuple[str, ...] = ()
+    description: str = ""
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def table(self) -> str:
+        return f"raw_{self.name}"
+
+    def landing_key(self, day: date | str | None = None) -> str:
+        """The landing-zone key of this feed's file (for `day`, if the feed is daily)."""
+        if self.kind == "reference":
+            return f"reference/{self.name}.csv"
+        if day is None:
+            raise ValueError(f"feed {self.name!r} is daily: a landing day is required")
+        day = day if isinstance(day, str) else day.isoformat()
+        return f"{self.name}/{day}.csv"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task's landing contracts and the span of its daily partitions."""
+
+    name: str
+    start_date: str
+    end_date: str
+    feeds: dict[str, FeedSpec]
+    null_values: tuple[str, ...] = ("",)
+    labels_table: str | None = None
+    labels_columns: dict[str, str] = field(default_factory=dict)
+    path: Path = field(default=Path(), compare=False)
+
+    @property
+    def daily_feeds(self) -> list[FeedSpec]:
+        return [f for f in self.feeds.values() if f.kind == "daily"]
+
+    @property
+    def reference_feeds(self) -> list[FeedSpec]:
+        return [f for f in self.feeds.values() if f.kind == "reference"]
+
+    def match_key(self, key: str) -> tuple[FeedSpec, str | None] | None:
+        """The feed (and landing day) a landing-zone key belongs to, or None if it fits no pattern."""
+        if m := DAILY_KEY.match(key):
+            feed = self.feeds.get(m["feed"])
+            if feed is None or feed.kind != "daily" or not _is_date(m["day"]):
+                return None
+            if not self.start_date <= m["day"] < self.end_date:
+                return None
+            return feed, m["day"]
+        if m := REFERENCE_KEY.match(key):
+            feed = self.feeds.get(m["feed"])
+            if feed is None or feed.kind != "reference":
+                return None
+            return feed, None
+        return None
+
+
+def _is_date(text: str) -> bool:
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_task(name_or_path: str | Path = "flights") -> TaskSpec:
+    """Load a task's contracts from `pipelines/tasks/<name>.yaml` or an explicit YAML path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = TASKS_DIR / f"{name_or_path}.yaml"
+    raw = yaml.safe_load(path.read_text())
+    feeds = {}
+    for feed_name, spec in raw["feeds"].items():
+        columns = tuple(ColumnSpec(name=c, **opts) for c, opts in spec["columns"].items())
+        names = {c.name for c in columns}
+        missing = [k for k in (*spec["key"], *spec.get("partition_date", ())) if k not in names]
+        if missing:
+            raise ValueError(f"{path}: feed {feed_name!r} names unknown columns {missing}")
+        feeds[feed_name] = FeedSpec(
+            name=feed_name,
+            kind=spec["kind"],
+            columns=columns,
+            key=tuple(spec["key"]),
+            partition_date=tuple(spec.get("partition_date", ())),
+            description=spec.get("description", ""),
+        )
+    return TaskSpec(
+        name=raw["task"],
+        start_date=raw["partitions"]["start_date"],
+        end_date=raw["partitions"]["end_date"],
+        feeds=feeds,
+        null_values=tuple(raw.get("null_values", [""])),
+        labels_table=raw.get("labels", {}).get("table"),
+        labels_columns=raw.get("labels", {}).get("columns", {}),
+        path=path,
+    )

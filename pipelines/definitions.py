@@ -1,0 +1,49 @@
+"""The code location: every asset, check, job, sensor and resource of the flywheel."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from pipelines.contracts import load_task
+from pipelines.defs.ingestion.assets import build_ingestion_assets
+from pipelines.defs.ingestion.sensors import build_landing_sensor
+from pipelines.defs.warehouse.assets import build_dbt_assets
+from pipelines.lib.partitions import daily_partitions
+from pipelines.resources import build_resources
+
+
+def build_definitions(env: str | None = None, task_name: str | None = None) -> dg.Definitions:
+    """Build the definitions of `task_name` (FLYWHEEL_TASK, default flights) for `env`."""
+    task = load_task(task_name or os.environ.get("FLYWHEEL_TASK", "flights"))
+    ingestion = {a.key.path[-1]: a for a in build_ingestion_assets(task)}
+    daily_raw = [ingestion[f.table] for f in task.daily_feeds]
+    reference_raw = [ingestion[f.table] for f in task.reference_feeds]
+    daily_dbt, reference_dbt = build_dbt_assets(task)
+
+    daily_job = dg.define_asset_job(
+        "daily_warehouse_job",
+        selection=dg.AssetSelection.assets(*daily_raw, daily_dbt),
+        partitions_def=daily_partitions(task),
+        description="Ingest landing days and build their warehouse models.",
+    )
+    reference_job = dg.define_asset_job(
+        "reference_warehouse_job",
+        selection=dg.AssetSelection.assets(*reference_raw, reference_dbt),
+        description="Ingest reference data and build the models over it.",
+    )
+    landing_sensor = build_landing_sensor(
+        task, daily_job, reference_job,
+        daily_downstream=list(daily_dbt.keys),
+        reference_downstream=list(reference_dbt.keys),
+    )
+    return dg.Definitions(
+        assets=[*ingestion.values(), daily_dbt, reference_dbt],
+        jobs=[daily_job, reference_job],
+        sensors=[landing_sensor],
+        resources=build_resources(env),
+    )
+
+
+defs = build_definitions()

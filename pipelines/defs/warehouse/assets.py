@@ -1,0 +1,46 @@
+"""dbt models as assets: daily models per landing-day partition, the rest unpartitioned."""
+
+
+import json
+
+import dagster as dg
+from dagster_dbt import DbtCliResource, dbt_assets
+
+from pipelines.contracts import TaskSpec
+from pipelines.lib.dbt import FlywheelDbtTranslator, dbt_project
+from pipelines.lib.partitions import daily_partitions
+from pipelines.lib.warehouse import WAREHOUSE_POOL
+
+DAILY_SELECT = "tag:daily"
+
+
+def build_dbt_assets(task: TaskSpec) -> tuple[dg.AssetsDefinition, dg.AssetsDefinition]:
+    """The daily-partitioned dbt models and the unpartitioned ones (reference data, labels)."""
+
+    @dbt_assets(
+        manifest=dbt_project.manifest_path,
+        select=DAILY_SELECT,
+        name="daily_dbt_models",
+        partitions_def=daily_partitions(task),
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        dagster_dbt_translator=FlywheelDbtTranslator(),
+        pool=WAREHOUSE_POOL,
+    )
+    def daily_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
+        """Build and test the daily models for the run's landing days only (incremental)."""
+        window = context.partition_time_window
+        dbt_vars = {"min_date": window.start.date().isoformat(), "max_date": window.end.date().isoformat()}
+        yield from dbt.cli(["build", "--vars", json.dumps(dbt_vars)], context=context).stream()
+
+    @dbt_assets(
+        manifest=dbt_project.manifest_path,
+        exclude=DAILY_SELECT,
+        name="reference_dbt_models",
+        dagster_dbt_translator=FlywheelDbtTranslator(),
+        pool=WAREHOUSE_POOL,
+    )
+    def reference_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
+        """Build and test the models over reference data and labels."""
+        yield from dbt.cli(["build"], context=context).stream()
+
+    return daily_dbt_models, reference_dbt_models

@@ -1,0 +1,162 @@
+"""The landing zone: where production files arrive. A local folder by default, an S3 prefix in prod.
+
+Both implementations expose the same small interface, so the landing sensor, the ingestion
+assets and the simulator never know which one they talk to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+from pydantic import PrivateAttr
+
+
+@dataclass(frozen=True, order=True)
+class LandingFile:
+    """A file in the landing zone; `version` changes whenever its content is replaced."""
+
+    key: str
+    version: str
+    size: int
+
+
+class LandingZone(dg.ConfigurableResource, ABC):
+    """Read and write files by key ('flights/2013-01-01.csv') under one root."""
+
+    @abstractmethod
+    def list_files(self, prefix: str = "") -> list[LandingFile]:
+        """Every file whose key starts with `prefix`, sorted by key."""
+
+    @abstractmethod
+    def read_bytes(self, key: str) -> bytes:
+        """The content of `key`; FileNotFoundError naming the key if it is absent."""
+
+    @abstractmethod
+    def write_bytes(self, key: str, data: bytes) -> bool:
+        """Write `key` atomically; False (and no write) if it already holds exactly `data`."""
+
+    @property
+    @abstractmethod
+    def uri(self) -> str:
+        """Where the root lives, for logs and metadata."""
+
+
+class LocalLandingZone(LandingZone):
+    """A landing zone in a local folder (the embedded default)."""
+
+    root: str
+
+    @property
+    def uri(self) -> str:
+        return str(Path(self.root).resolve())
+
+    def _path(self, key: str) -> Path:
+        if key.startswith("/") or ".." in Path(key).parts:
+            raise ValueError(f"landing key {key!r} must be a relative path inside the landing zone")
+        return Path(self.root) / key
+
+    def list_files(self, prefix: str = "") -> list[LandingFile]:
+        root = Path(self.root)
+        if not root.exists():
+            return []
+        files = []
+        for path in root.rglob("*"):
+            if not path.is_file() or path.name.startswith(".tmp-"):
+                continue
+            key = path.relative_to(root).as_posix()
+            if key.startswith(prefix):
+                st = path.stat()
+                # Every write renames a new inode into place, so the inode changes the version
+                # even where mtime is too coarse to tell two same-size writes apart.
+                version = f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
+                files.append(LandingFile(key, version, st.st_size))
+        return sorted(files)
+
+    def read_bytes(self, key: str) -> bytes:
+        path = self._path(key)
+        if not path.is_file():
+            raise FileNotFoundError(f"no file {key!r} in landing zone {self.uri}")
+        return path.read_bytes()
+
+    def write_bytes(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        if path.is_file() and path.read_bytes() == data:
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write beside the target, then rename: a reader never sees a half-written file.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return True
+
+
+class S3LandingZone(LandingZone):
+    """A landing zone under an S3 prefix, through dagster-aws's S3Resource."""
+
+    # A nested resource, not ResourceDependency: under postponed annotations Dagster cannot
+    # resolve ResourceDependency[...] and rejects a plain S3Resource instance.
+    s3: S3Resource
+    bucket: str
+    prefix: str = ""
+    _cached_client: Any = PrivateAttr(default=None)
+
+    def _client(self) -> Any:
+        # Building a client loads a boto3 session (tens to hundreds of ms): once per instance,
+        # not once per file. boto3 clients are thread-safe.
+        if self._cached_client is None:
+            self._cached_client = self.s3.get_client()
+        return self._cached_client
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def _object_key(self, key: str) -> str:
+        return f"{self.prefix.rstrip('/')}/{key}" if self.prefix else key
+
+    def list_files(self, prefix: str = "") -> list[LandingFile]:
+        client = self._client()
+        root = f"{self.prefix.rstrip('/')}/" if self.prefix else ""
+        files = []
+        for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=root + prefix
+        ):
+            for obj in page.get("Contents", []):
+                key = obj["Key"][len(root) :]
+                files.append(LandingFile(key, obj["ETag"].strip('"'), obj["Size"]))
+        return sorted(files)
+
+    def read_bytes(self, key: str) -> bytes:
+        client = self._client()
+        try:
+            return client.get_object(Bucket=self.bucket, Key=self._object_key(key))["Body"].read()
+        except client.exceptions.NoSuchKey as e:
+            raise FileNotFoundError(f"no file {key!r} in landing zone {self.uri}") from e
+
+    def write_bytes(self, key: str, data: bytes) -> bool:
+        client = self._client()
+        object_key = self._object_key(key)
+        try:
+            etag = client.head_object(Bucket=self.bucket, Key=object_key)["ETag"].strip('"')
+        except client.exceptions.ClientError as e:
+            if e.response["Error"]["Code"] not in ("404", "NoSuchKey", "NotFound"):
+                raise
+            etag = None
+        # A single-part upload's ETag is the MD5 of its content: same bytes, same ETag.
+        if etag == hashlib.md5(data).hexdigest():
+            return False
+        client.put_object(Bucket=self.bucket, Key=object_key, Body=data)  # atomic in S3
+        return True

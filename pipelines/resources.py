@@ -1,0 +1,72 @@
+"""The one environment switch: the same resource keys everywhere, local or prod implementations.
+
+`FLYWHEEL_ENV=local` (default) needs no services: a DuckDB file and a landing folder under
+`FLYWHEEL_HOME`. `FLYWHEEL_ENV=prod` reads an S3 landing zone through dagster-aws and runs dbt
+against its `prod` target; every location and secret comes from environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+from dagster_dbt import DbtCliResource
+
+from pipelines.lib.dbt import dbt_project
+from pipelines.lib.landing_zone import LandingZone, LocalLandingZone, S3LandingZone
+from pipelines.lib.warehouse import DuckDBWarehouse
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENVIRONMENTS = ("local", "prod")
+
+
+def current_env() -> str:
+    """The environment named by FLYWHEEL_ENV (default `local`); anything else is an error."""
+    env = os.environ.get("FLYWHEEL_ENV", "local")
+    if env not in ENVIRONMENTS:
+        raise ValueError(f"FLYWHEEL_ENV={env!r}: expected one of {', '.join(ENVIRONMENTS)}")
+    return env
+
+
+def flywheel_home() -> Path:
+    """The git-ignored state directory of the embedded defaults (FLYWHEEL_HOME)."""
+    return Path(os.environ.get("FLYWHEEL_HOME", REPO_ROOT / ".flywheel")).resolve()
+
+
+def warehouse_path() -> str:
+    """The DuckDB database dbt and the assets share (FLYWHEEL_WAREHOUSE_PATH)."""
+    # dbt_project/profiles.yml falls back to the same file: <repo>/.flywheel/warehouse.duckdb.
+    return os.environ.get("FLYWHEEL_WAREHOUSE_PATH", str(flywheel_home() / "warehouse.duckdb"))
+
+
+def landing_zone(env: str | None = None) -> LandingZone:
+    """The landing zone of `env`: shared by the pipeline and by the simulator that feeds it."""
+    if (env or current_env()) == "local":
+        return LocalLandingZone(root=str(flywheel_home() / "landing"))
+    return S3LandingZone(
+        s3=S3Resource(endpoint_url=os.environ.get("FLYWHEEL_S3_ENDPOINT_URL")),
+        bucket=dg.EnvVar("FLYWHEEL_LANDING_BUCKET").get_value(),
+        prefix=os.environ.get("FLYWHEEL_LANDING_PREFIX", "landing"),
+    )
+
+
+def dbt_executable() -> str:
+    """The dbt installed beside this interpreter (its virtualenv need not be on PATH)."""
+    beside = Path(sys.executable).with_name("dbt")
+    return str(beside) if beside.exists() else (shutil.which("dbt") or "dbt")
+
+
+def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource]:
+    """Every resource of the code location, keyed by role, for `env`."""
+    env = env or current_env()
+    return {
+        "landing_zone": landing_zone(env),
+        "warehouse": DuckDBWarehouse(path=warehouse_path()),
+        "dbt": DbtCliResource(
+            project_dir=dbt_project, target=env, dbt_executable=dbt_executable()
+        ),
+    }

@@ -1,0 +1,50 @@
+"""Shared fixtures: an S3-compatible server on 127.0.0.1 for the landing-zone tests."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+REGION = "us-east-1"
+
+
+class S3Env(NamedTuple):
+    """Where the test S3 server listens and the fresh bucket a test may use."""
+
+    endpoint_url: str
+    region: str
+    bucket: str
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """A moto S3 server on a free local port for the whole session; yields its endpoint URL."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> S3Env:
+    """Dummy AWS credentials for the local server and a fresh, empty bucket."""
+    # Keep any real AWS profile or credentials on the machine out of the tests.
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_server, region_name=REGION).create_bucket(Bucket=bucket)
+    return S3Env(endpoint_url=s3_server, region=REGION, bucket=bucket)

@@ -1,0 +1,73 @@
+"""The dependency set works together: Dagster's selection parser and the DVC commands we use.
+
+DVC (through hydra/omegaconf) pins antlr4 4.9, Dagster's asset-selection grammar needs 4.13; the
+install overrides antlr to 4.13, which these tests prove both sides accept.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import dagster as dg
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def test_antlr_is_the_version_dagster_needs():
+    assert version("antlr4-python3-runtime").startswith("4.13.")
+
+
+def test_asset_selection_strings_parse():
+    selection = dg.AssetSelection.from_string('key:"raw_flights" or group:"warehouse"')
+    assert isinstance(selection, dg.AssetSelection)
+
+
+def test_dagster_cli_selects_assets(tmp_path):
+    env = os.environ | {"DAGSTER_HOME": str(tmp_path), "FLYWHEEL_HOME": str(tmp_path)}
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    out = subprocess.run(
+        [
+            BIN / "dagster",
+            "asset",
+            "list",
+            "-m",
+            "pipelines.definitions",
+            "--select",
+            'key:"raw_airlines" or key:"raw_planes"',
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["raw_airlines", "raw_planes"]
+
+
+def _run(cmd: list[str], cwd: Path) -> str:
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, f"{cmd}: {out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def test_dvc_commands_the_project_uses(tmp_path):
+    dvc = str(BIN / "dvc")
+    repo, remote = tmp_path / "repo", tmp_path / "remote"
+    (repo / "data").mkdir(parents=True)
+    _run(["git", "init", "-q"], repo)
+    _run([dvc, "init", "--subdir", "-q"], repo / "data")
+    _run([dvc, "config", "core.analytics", "false"], repo / "data")
+    _run([dvc, "remote", "add", "-d", "local", str(remote)], repo / "data")
+    (repo / "data" / "train.csv").write_text("a,b\n1,2\n")
+    _run([dvc, "add", "-q", "train.csv"], repo / "data")
+    _run([dvc, "push", "-q"], repo / "data")
+    (repo / "data" / "train.csv").unlink()
+    _run([dvc, "pull", "-q"], repo / "data")
+    assert (repo / "data" / "train.csv").read_text() == "a,b\n1,2\n"
+    assert "up to date" in _run([dvc, "status"], repo / "data").lower()
