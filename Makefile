@@ -16,12 +16,11 @@ export DBT_SEND_ANONYMOUS_USAGE_STATS := false
 setup: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml dbt_project/target/manifest.json
 
 # torch goes in first through pip, so a machine's own wheel index (CPU build) or the registry's
-# default build (CUDA) is used; uv then resolves the rest around it. DVC's hydra pins antlr 4.9,
-# Dagster's selection parser needs 4.13: overrides.txt settles it (README, "Dependencies").
-$(VENV)/.installed: pyproject.toml overrides.txt
+# default build (CUDA) is used; uv then resolves the rest around it, keeping that torch.
+$(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check uv==0.13.9 torch==2.13.0
-	$(VENV)/bin/uv pip install -q --python $(PY) --override overrides.txt -e ".[dev]"
+	$(VENV)/bin/uv pip install -q --python $(PY) -e ".[dev]"
 	touch $@
 
 $(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml

@@ -63,7 +63,9 @@ class EpochSeed(L.Callback):
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Seed the global torch generators for this epoch and rank."""
-        torch.manual_seed((self.seed * 1_000_003 + trainer.current_epoch) * 101 + trainer.global_rank)
+        torch.manual_seed(
+            (self.seed * 1_000_003 + trainer.current_epoch) * 101 + trainer.global_rank
+        )
 
 
 class MetricHistory(L.Callback):

@@ -1,4 +1,4 @@
-"""Configuration dataclasses for the tabular late-arrival task; defaults describe the flights task."""
+"""Configuration dataclasses; the defaults describe the flights late-arrival task."""
 
 from __future__ import annotations
 
@@ -116,6 +116,7 @@ class TuneConfig:
     # A file path selects a journal file; anything with "://" is an RDB URL passed to Optuna.
     storage: str = ".flywheel/optuna/flights.journal"
     study_name: str = "flights-is-late"
+    # Parallel processes on one storage should each get a different sampler_seed.
     sampler_seed: int = 0
     min_resource: int = 1
     # The Hyperband maximum resource is TrainConfig.max_epochs, so both cannot disagree.

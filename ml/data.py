@@ -123,7 +123,9 @@ class TabularDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DeviceBatches:
         tensors = self._on_device.get(split) or self.splits[split]
-        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        rank, world = (
+            (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        )
         order = EpochOrder(tensors[0].shape[0], shuffle, self.seed, rank, world)
         return DeviceBatches(tensors, self.batch_size if shuffle else self.eval_batch_size, order)
 

@@ -22,12 +22,13 @@ LAST_CHECKPOINT = "last.ckpt"
 
 @dataclass
 class TrainResult:
-    """Outcome of one training run (``wall_seconds`` covers this process only, not a resume's past)."""
+    """Outcome of one training run; ``wall_seconds`` covers this process, not earlier attempts."""
 
     best_metrics: dict[str, float]
     best_epoch: int | None
     best_checkpoint: str | None
     epochs_run: int
+    optimizer_steps: int
     wall_seconds: float
     device: str
     precision: str
@@ -72,21 +73,15 @@ def build_module(
     )
 
 
-def build_trainer(
-    config: TrainConfig,
-    callbacks: Sequence[L.Callback] = (),
-    logger: Logger | bool = False,
-    enable_progress_bar: bool = False,
-) -> L.Trainer:
-    """Create the Trainer for ``config``; checkpointing is on when ``checkpoint_dir`` is set."""
-    history = MetricHistory(config.monitor)
-    all_callbacks: list[L.Callback] = [EpochSeed(config.seed), history, *callbacks]
+def standard_callbacks(config: TrainConfig, extra: Sequence[L.Callback] = ()) -> list[L.Callback]:
+    """Seeding, metric history, the caller's callbacks, early stopping and checkpointing."""
+    callbacks: list[L.Callback] = [EpochSeed(config.seed), MetricHistory(config.monitor), *extra]
     if config.early_stopping_patience is not None:
-        all_callbacks.append(
+        callbacks.append(
             EarlyStopping(config.monitor, patience=config.early_stopping_patience, mode="min")
         )
     if config.checkpoint_dir is not None:
-        all_callbacks.append(
+        callbacks.append(
             ModelCheckpoint(
                 dirpath=config.checkpoint_dir,
                 # Metric names hold "/", which a filename template would turn into folders.
@@ -99,6 +94,16 @@ def build_trainer(
                 enable_version_counter=False,
             )
         )
+    return callbacks
+
+
+def build_trainer(
+    config: TrainConfig,
+    callbacks: Sequence[L.Callback] = (),
+    logger: Logger | bool = False,
+    enable_progress_bar: bool = False,
+) -> L.Trainer:
+    """Create the Trainer for ``config``; checkpointing is on when ``checkpoint_dir`` is set."""
     return L.Trainer(
         accelerator=config.accelerator,
         devices=config.devices,
@@ -108,7 +113,7 @@ def build_trainer(
         accumulate_grad_batches=config.accumulate_grad_batches,
         gradient_clip_val=config.gradient_clip_val,
         deterministic=config.deterministic,
-        callbacks=all_callbacks,
+        callbacks=standard_callbacks(config, callbacks),
         logger=logger,
         enable_checkpointing=config.checkpoint_dir is not None,
         enable_progress_bar=enable_progress_bar,
@@ -146,6 +151,7 @@ def train(
         best_epoch=int(best["epoch"]) if best else None,
         best_checkpoint=(checkpoint.best_model_path or None) if checkpoint else None,
         epochs_run=trainer.current_epoch,
+        optimizer_steps=trainer.global_step,
         wall_seconds=time.perf_counter() - start,
         device=device_name(trainer.strategy.root_device),
         precision=str(trainer.precision),

@@ -72,14 +72,17 @@ def create_study(config: TuneConfig, max_epochs: int) -> optuna.Study:
             max_resource=max_epochs,
             reduction_factor=config.reduction_factor,
         )
-    return optuna.create_study(
+    study = optuna.create_study(
         study_name=config.study_name,
         storage=make_storage(config.storage),
-        sampler=optuna.samplers.TPESampler(seed=config.sampler_seed),
         pruner=pruner,
         direction="minimize",
         load_if_exists=True,
     )
+    # Offsetting the seed by the trials already stored keeps a resumed study from replaying the
+    # random start-up suggestions of its first run.
+    study.sampler = optuna.samplers.TPESampler(seed=config.sampler_seed + len(study.trials))
+    return study
 
 
 def make_objective(
@@ -104,10 +107,11 @@ def make_objective(
             checkpoint_dir=None,
         )
         pruning = PyTorchLightningPruningCallback(trial, monitor=train_config.monitor)
+        # The recorder goes first: the pruning callback raises in the same hook.
         recorder = TrialRecorder()
         start = time.perf_counter()
         try:
-            result = train(datamodule, model_config, train_config, callbacks=[pruning, recorder])
+            result = train(datamodule, model_config, train_config, callbacks=[recorder, pruning])
             # Under DDP the callback stops training instead of raising; this re-raises it.
             pruning.check_pruned()
         finally:

@@ -58,7 +58,8 @@ class FeedSpec:
         return [c.name for c in self.columns]
 
     @property
-    def table(self) -> str:
+    def asset_name(self) -> str:
+        """The ingestion asset's name; its table is `raw.<feed name>`."""
         return f"raw_{self.name}"
 
     def landing_key(self, day: date | str | None = None) -> str:
@@ -93,7 +94,7 @@ class TaskSpec:
         return [f for f in self.feeds.values() if f.kind == "reference"]
 
     def match_key(self, key: str) -> tuple[FeedSpec, str | None] | None:
-        """The feed (and landing day) a landing-zone key belongs to, or None if it fits no pattern."""
+        """The feed (and landing day) of a landing-zone key; None if it fits no pattern."""
         if m := DAILY_KEY.match(key):
             feed = self.feeds.get(m["feed"])
             if feed is None or feed.kind != "daily" or not _is_date(m["day"]):

@@ -18,8 +18,8 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
     """Build the definitions of `task_name` (FLYWHEEL_TASK, default flights) for `env`."""
     task = load_task(task_name or os.environ.get("FLYWHEEL_TASK", "flights"))
     ingestion = {a.key.path[-1]: a for a in build_ingestion_assets(task)}
-    daily_raw = [ingestion[f.table] for f in task.daily_feeds]
-    reference_raw = [ingestion[f.table] for f in task.reference_feeds]
+    daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]
+    reference_raw = [ingestion[f.asset_name] for f in task.reference_feeds]
     daily_dbt, reference_dbt = build_dbt_assets(task)
 
     daily_job = dg.define_asset_job(
@@ -34,7 +34,9 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         description="Ingest reference data and build the models over it.",
     )
     landing_sensor = build_landing_sensor(
-        task, daily_job, reference_job,
+        task,
+        daily_job,
+        reference_job,
         daily_downstream=list(daily_dbt.keys),
         reference_downstream=list(reference_dbt.keys),
     )

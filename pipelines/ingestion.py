@@ -77,7 +77,9 @@ def read_and_validate(
     results = []
     for day in days:
         key = feed.landing_key(day)
-        results.append((day, validate_file(feed, key, landing_zone.read_bytes(key), task.null_values, day)))
+        results.append(
+            (day, validate_file(feed, key, landing_zone.read_bytes(key), task.null_values, day))
+        )
     return results
 
 
@@ -112,8 +114,10 @@ def load_validated(
             con.execute(f"insert into {table} by name select * from _rows")
             con.unregister("_rows")
             rejected = vf.rejected.assign(
-                feed=feed.name, landing_date=pd.Timestamp(day).date() if day else None,
-                source_file=vf.key, quarantined_at=now,
+                feed=feed.name,
+                landing_date=pd.Timestamp(day).date() if day else None,
+                source_file=vf.key,
+                quarantined_at=now,
             )
             con.register("_rejected", rejected)
             con.execute(f"insert into {RAW_SCHEMA}.quarantine by name select * from _rejected")

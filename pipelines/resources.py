@@ -14,9 +14,7 @@ from pathlib import Path
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
-from dagster_dbt import DbtCliResource
 
-from pipelines.lib.dbt import dbt_project
 from pipelines.lib.landing_zone import LandingZone, LocalLandingZone, S3LandingZone
 from pipelines.lib.warehouse import DuckDBWarehouse
 
@@ -43,13 +41,21 @@ def warehouse_path() -> str:
     return os.environ.get("FLYWHEEL_WAREHOUSE_PATH", str(flywheel_home() / "warehouse.duckdb"))
 
 
+def required_env(name: str) -> str:
+    """The value of environment variable `name`; a clear error naming it when unset."""
+    value = os.environ.get(name)
+    if not value:
+        raise RuntimeError(f"FLYWHEEL_ENV={current_env()} needs environment variable {name}")
+    return value
+
+
 def landing_zone(env: str | None = None) -> LandingZone:
     """The landing zone of `env`: shared by the pipeline and by the simulator that feeds it."""
     if (env or current_env()) == "local":
         return LocalLandingZone(root=str(flywheel_home() / "landing"))
     return S3LandingZone(
         s3=S3Resource(endpoint_url=os.environ.get("FLYWHEEL_S3_ENDPOINT_URL")),
-        bucket=dg.EnvVar("FLYWHEEL_LANDING_BUCKET").get_value(),
+        bucket=required_env("FLYWHEEL_LANDING_BUCKET"),
         prefix=os.environ.get("FLYWHEEL_LANDING_PREFIX", "landing"),
     )
 
@@ -62,11 +68,15 @@ def dbt_executable() -> str:
 
 def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource]:
     """Every resource of the code location, keyed by role, for `env`."""
+    # dbt is imported here, not at module level: the simulator imports this module for the
+    # landing zone and should not pay for parsing the dbt project.
+    from dagster_dbt import DbtCliResource
+
+    from pipelines.lib.dbt import dbt_project
+
     env = env or current_env()
     return {
         "landing_zone": landing_zone(env),
         "warehouse": DuckDBWarehouse(path=warehouse_path()),
-        "dbt": DbtCliResource(
-            project_dir=dbt_project, target=env, dbt_executable=dbt_executable()
-        ),
+        "dbt": DbtCliResource(project_dir=dbt_project, target=env, dbt_executable=dbt_executable()),
     }

@@ -101,14 +101,16 @@ def _column_problems(col: ColumnSpec, values: pd.Series, present: pd.Series) -> 
         reasons[present & ~ok.fillna(True)] = f"{col.name} is not a time of day (hhmm)"
     if col.pattern is not None:
         ok = values.str.fullmatch(col.pattern)
-        reasons[present & ~ok.fillna(True).astype(bool)] = f"{col.name} does not match {col.pattern}"
+        reasons[present & ~ok.fillna(True).astype(bool)] = (
+            f"{col.name} does not match {col.pattern}"
+        )
     return reasons
 
 
 def validate_file(
     feed: FeedSpec, key: str, data: bytes, null_values: tuple[str, ...], landing_day: str | None
 ) -> ValidatedFile:
-    """Parse `data` and split its rows into those that obey `feed`'s contract and those that do not."""
+    """Parse `data`; split its rows into those that obey `feed`'s contract and those that don't."""
     header, rows, lines = parse_csv(key, data)
     if len(set(header)) != len(header):
         raise LandingFileError(f"{key}: header repeats a column: {header}")
@@ -142,7 +144,9 @@ def validate_file(
         }
     )
     ignored = tuple(c for c in header if c not in feed.column_names)
-    return ValidatedFile(key, typed[good].reset_index(drop=True), rejected.reset_index(drop=True), ignored)
+    return ValidatedFile(
+        key, typed[good].reset_index(drop=True), rejected.reset_index(drop=True), ignored
+    )
 
 
 def _append(reasons: pd.Series, more: pd.Series) -> pd.Series:
@@ -159,9 +163,11 @@ def _duplicate_reasons(
     keys = typed.loc[valid, list(key)]
     dup = keys.duplicated(keep="first")
     if dup.any():
-        first_line = pd.Series(lines, index=typed.index)[valid].groupby(
-            [keys[c] for c in key], dropna=False
-        ).transform("first")
+        first_line = (
+            pd.Series(lines, index=typed.index)[valid]
+            .groupby([keys[c] for c in key], dropna=False)
+            .transform("first")
+        )
         reasons[dup[dup].index] = [
             f"duplicate key ({', '.join(key)}) first seen at line {n}" for n in first_line[dup]
         ]

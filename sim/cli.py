@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
 from datetime import date, timedelta
 
@@ -45,39 +46,82 @@ def build_parser() -> argparse.ArgumentParser:
         "--start", type=_iso_day, help="first day to land (default: the day after the clock)"
     )
     advance.add_argument("--env", choices=ENVIRONMENTS, help="default: FLYWHEEL_ENV or local")
+    run = commands.add_parser(
+        "run", help="the main job: land day by day and run the pipeline as its sensors ask"
+    )
+    run.add_argument("--days", type=_positive_int, required=True, help="how many days")
+    run.add_argument("--start", type=_iso_day, help="first day (default: the day after the clock)")
     status = commands.add_parser("status", help="show the clock and the landing zone")
     status.add_argument("--env", choices=ENVIRONMENTS, help="default: FLYWHEEL_ENV or local")
     return parser
 
 
-def advance(days: int, start: date | None = None, env: str | None = None) -> int:
-    """Land `days` days from `start` (default: the day after the clock) and move the clock."""
+def _span(days: int, start: date | None) -> list[date]:
+    """The days to land: `days` from `start` (default: after the clock), clamped to the task."""
     task = load_task()
     first, last = day_bounds(task)
-    home = flywheel_home()
-    clock = read_clock(home)
+    clock = read_clock(flywheel_home())
     if start is not None and not first <= start <= last:
         raise UsageError(f"--start {start} is outside task {task.name!r} ({first} to {last})")
     if start is None:
         start = clock + timedelta(days=1) if clock else first
         if start > last:
             print(f"the simulation already reached the task's last day {last}: nothing to land")
-            return 0
+            return []
     end = start + timedelta(days=days - 1)
     if end > last:
         end = last
         print(f"clamped to the task's last day {last}: landing {(end - start).days + 1} days")
-    span = [start + timedelta(days=i) for i in range((end - start).days + 1)]
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def advance(days: int, start: date | None = None, env: str | None = None) -> int:
+    """Land `days` days from `start` (default: the day after the clock) and move the clock."""
+    span = _span(days, start)
+    if not span:
+        return 0
+    home = flywheel_home()
     zone = landing_zone(env)
     with tqdm(total=len(span), unit="day", desc="landing") as bar:
-        report = land_days(zone, span, task, on_day=lambda day: bar.update(1))
-    clock = max(clock, end) if clock else end
+        report = land_days(zone, span, load_task(), on_day=lambda day: bar.update(1))
+    clock = read_clock(home)
+    clock = max(clock, span[-1]) if clock else span[-1]
     write_clock(home, clock)
     print(
-        f"landed {len(report.days)} days ({start}..{end}) into {zone.uri}: "
+        f"landed {len(report.days)} days ({span[0]}..{span[-1]}) into {zone.uri}: "
         f"{report.written} files written, {report.unchanged} unchanged, "
         f"{report.flights_rows:,} flights rows; clock at {clock}"
     )
+    return 0
+
+
+def run(days: int, start: date | None = None) -> int:
+    """The main job: each day, land its files and run what the landing sensor requests."""
+    import dagster as dg
+
+    from pipelines.definitions import defs
+    from sim.driver import SensorTicker, run_days, warehouse_summary
+
+    span = _span(days, start)
+    if not span:
+        return 0
+    began = time.monotonic()
+    with dg.DagsterInstance.get() as instance:
+        ticker = SensorTicker(defs, instance, "landing_sensor", flywheel_home() / "sim")
+        zone = landing_zone()
+
+        def land(day: date) -> None:
+            land_days(zone, [day])
+            write_clock(flywheel_home(), max(read_clock(flywheel_home()) or day, day))
+
+        def report(day: date, tick) -> None:
+            runs = ", ".join(f"{job}[{part or '-'}] {s:.0f}s" for job, part, s in tick.runs)
+            print(f"{day}: {len(tick.runs)} runs ({runs or 'none'})", flush=True)
+
+        run_days(span, land, ticker, report)
+    summary = ", ".join(f"{k} {v:,}" for k, v in warehouse_summary(defs).items())
+    print(f"ran {len(span)} days in {time.monotonic() - began:.0f}s: {summary}")
+    print("see the runs and assets: make dev (Dagster UI at http://127.0.0.1:3000)")
     return 0
 
 
@@ -100,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "advance":
             return advance(args.days, args.start, args.env)
+        if args.command == "run":
+            return run(args.days, args.start)
         return status(args.env)
     except UsageError as e:
         parser.error(str(e))

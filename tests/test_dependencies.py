@@ -1,7 +1,8 @@
 """The dependency set works together: Dagster's selection parser and the DVC commands we use.
 
-DVC (through hydra/omegaconf) pins antlr4 4.9, Dagster's asset-selection grammar needs 4.13; the
-install overrides antlr to 4.13, which these tests prove both sides accept.
+Dagster's asset-selection grammar needs antlr4 4.13. DVC needs hydra and omegaconf, whose 1.3/2.3
+releases pin antlr4 4.9; we pin the releases that bundle their own antlr runtime instead. These
+tests prove each side gets a parser that works.
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ BIN = Path(sys.executable).parent
 
 def test_antlr_is_the_version_dagster_needs():
     assert version("antlr4-python3-runtime").startswith("4.13.")
+
+
+def test_hydra_and_omegaconf_parse_with_their_bundled_antlr():
+    # Lightning imports omegaconf to save checkpoints and hydra to launch DDP, when installed.
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.create({"a": 1, "b": "${a}"}).b == 1
+    assert OverridesParser.create().parse_overrides(["lr=0.1"])[0].value() == 0.1
 
 
 def test_asset_selection_strings_parse():

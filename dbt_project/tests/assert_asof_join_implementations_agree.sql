@@ -1,6 +1,10 @@
 {{ config(enabled=target.type == 'duckdb', tags=['daily']) }}
 
-{#- The portable as-of join returns what DuckDB's native ASOF JOIN returns, on real data. -#}
+{#-
+    The portable as-of join returns what DuckDB's native ASOF JOIN returns, on real data: a tenth
+    of the flights of the run's date window (the portable join is slow on DuckDB, which hashes on
+    the few origins).
+-#}
 
 {%- set arguments = dict(
     left_relation='flights',
@@ -19,6 +23,8 @@ with
 flights as (
 
     select flight_id, origin, scheduled_departure_at from {{ ref('stg_landing__flights') }}
+    where {{ date_window_filter('flight_date') }}
+        and flight_number % 10 = 0
 
 ),
 

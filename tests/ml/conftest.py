@@ -1,67 +1,13 @@
-"""Synthetic flights tables with a learnable signal, nulls and validation-only categories."""
+"""Fixtures: small synthetic flights splits, as frames and as Parquet files."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
-from ml.config import FLIGHT_NUMERIC
-
-CARRIERS = np.array(["AA", "B6", "DL", "EV", "MQ", "UA", "US", "WN"])
-CARRIER_EFFECT = np.array([-0.4, 0.3, -0.6, 0.8, 0.5, 0.0, -0.2, 0.2])
-ORIGINS = np.array(["EWR", "JFK", "LGA"])
-DESTS = np.array([f"D{i:02d}" for i in range(25)])
-MAKERS = np.array(["BOEING", "AIRBUS", "EMBRAER", "BOMBARDIER"])
-
-
-def make_flights(n: int, seed: int, unseen: bool = False) -> pd.DataFrame:
-    """Return ``n`` synthetic flights; ``unseen`` injects categories absent from training."""
-    rng = np.random.default_rng(seed)
-    carrier_idx = rng.integers(0, len(CARRIERS), n)
-    origin = ORIGINS[rng.integers(0, len(ORIGINS), n)]
-    dest = DESTS[rng.integers(0, len(DESTS), n)]
-    num = {col: rng.normal(size=n) for col in FLIGHT_NUMERIC}
-    num["scheduled_hour"] = rng.integers(5, 24, n).astype(float)
-    num["scheduled_weekday"] = rng.integers(0, 7, n).astype(float)
-    num["scheduled_month"] = rng.integers(1, 13, n).astype(float)
-    num["distance"] = rng.uniform(100, 2500, n)
-    num["precip"] = rng.exponential(0.05, n)
-    num["route_late_rate_28d"] = rng.beta(2, 8, n)
-    logit = (
-        -1.3
-        + 0.12 * (num["scheduled_hour"] - 14)
-        + CARRIER_EFFECT[carrier_idx]
-        + 6.0 * num["precip"]
-        + 4.0 * (num["route_late_rate_28d"] - 0.2)
-        + 0.5 * num["wind_speed"]
-    )
-    is_late = rng.random(n) < 1 / (1 + np.exp(-logit))
-    for col in ("wind_gust", "temp", "plane_age_years", "route_late_rate_28d"):
-        num[col][rng.random(n) < (0.5 if col == "wind_gust" else 0.1)] = np.nan
-    carrier = CARRIERS[carrier_idx].astype(object)
-    if unseen:
-        carrier[rng.random(n) < 0.05] = "ZZ"
-        dest = np.where(rng.random(n) < 0.05, "NEW", dest)
-    maker = MAKERS[rng.integers(0, len(MAKERS), n)].astype(object)
-    maker[rng.random(n) < 0.08] = None
-    frame = pd.DataFrame(
-        {
-            "flight_id": [f"f{seed}-{i}" for i in range(n)],
-            "flight_date": pd.Timestamp("2013-01-01").date(),
-            "is_late": is_late,
-            "carrier": carrier,
-            "origin": origin,
-            "dest": dest,
-            "route": np.char.add(np.char.add(origin.astype(str), "-"), dest.astype(str)),
-            "plane_manufacturer": maker,
-            "plane_type": np.where(rng.random(n) < 0.9, "Fixed wing multi engine", None),
-            "plane_engine": np.where(rng.random(n) < 0.5, "Turbo-fan", "Turbo-jet"),
-        }
-    )
-    return frame.assign(**num)
+from ml.synthetic import make_flights
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ import torch
 from ml.data import EpochOrder, TabularDataModule
 
 
-
 def test_batch_shapes_and_dtypes(splits: dict[str, pd.DataFrame]) -> None:
     dm = TabularDataModule(splits["train"], splits["val"], splits["test"], batch_size=512)
     dm.setup("fit")

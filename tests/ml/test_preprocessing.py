@@ -54,7 +54,9 @@ def test_standardisation_uses_train_statistics(splits: dict[str, pd.DataFrame]) 
 
 
 def test_rare_categories_share_the_oov_bucket() -> None:
-    frame = pd.DataFrame({"c": ["a", "a", "b", None], "x": [1.0, 2.0, None, 4.0], "y": [1, 0, 1, 0]})
+    frame = pd.DataFrame(
+        {"c": ["a", "a", "b", None], "x": [1.0, 2.0, None, 4.0], "y": [1, 0, 1, 0]}
+    )
     features = FeatureConfig(("c",), ("x",), "y", (), min_category_frequency=2)
     pre = Preprocessor.fit(frame, features)
     categorical, numeric = pre.transform(frame)

@@ -41,8 +41,13 @@ class Flywheel:
         self.zone = LocalLandingZone(root=str(home / "landing"))
         self.warehouse = home / "warehouse.duckdb"
 
-    def run(self, job: str, partition: str | None = None, assets: list[str] | None = None,
-            raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+    def run(
+        self,
+        job: str,
+        partition: str | None = None,
+        assets: list[str] | None = None,
+        raise_on_error: bool = True,
+    ) -> dg.ExecuteInProcessResult:
         """Execute a job (optionally a subset of its assets) for a partition."""
         return self.defs.resolve_job_def(job).execute_in_process(
             instance=self.instance,
@@ -51,8 +56,9 @@ class Flywheel:
             raise_on_error=raise_on_error,
         )
 
-    def ingest(self, day: str, feeds: tuple[str, ...] = ("flights", "weather"),
-               raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+    def ingest(
+        self, day: str, feeds: tuple[str, ...] = ("flights", "weather"), raise_on_error: bool = True
+    ) -> dg.ExecuteInProcessResult:
         """Ingest the daily feeds of `day` (no dbt)."""
         return self.run("daily_warehouse_job", day, [f"raw_{f}" for f in feeds], raise_on_error)
 

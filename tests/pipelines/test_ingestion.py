@@ -75,7 +75,11 @@ def test_a_real_out_of_range_observation_is_quarantined(flywheel):
     rows = flywheel.sql("select feed, source_file, source_line, reason from raw.quarantine")
     assert len(rows) == 1
     feed, source_file, line, reason = rows[0]
-    assert (feed, source_file, reason) == ("weather", "weather/2013-02-12.csv", "wind_speed above 250")
+    assert (feed, source_file, reason) == (
+        "weather",
+        "weather/2013-02-12.csv",
+        "wind_speed above 250",
+    )
     assert good_file(flywheel, "weather", "2013-02-12")[line - 1].startswith("EWR,2013,2,12,3,")
     loaded = flywheel.scalar("select count(*) from raw.weather")
     assert loaded == source_rows("weather", "2013-02-12") - 1
@@ -94,11 +98,11 @@ def test_bad_rows_are_quarantined_with_line_and_reason(flywheel):
         fields[col[column]] = value
         return ",".join(fields)
 
-    lines[1] = broken(lines[1], "distance", "far")           # wrong type
-    lines[2] = broken(lines[2], "month", "13")               # out of range
-    lines[3] = broken(lines[3], "sched_dep_time", "1275")    # not a time of day
-    lines[4] = broken(lines[4], "carrier", "")               # required value missing
-    lines.append(lines[10])                                  # duplicate key
+    lines[1] = broken(lines[1], "distance", "far")  # wrong type
+    lines[2] = broken(lines[2], "month", "13")  # out of range
+    lines[3] = broken(lines[3], "sched_dep_time", "1275")  # not a time of day
+    lines[4] = broken(lines[4], "carrier", "")  # required value missing
+    lines.append(lines[10])  # duplicate key
     rewrite(flywheel, lines)
     flywheel.ingest(DAY, feeds=("flights",))
     rows = dict(flywheel.sql("select source_line, reason from raw.quarantine order by 1"))
@@ -117,12 +121,15 @@ def test_bad_rows_are_quarantined_with_line_and_reason(flywheel):
     [
         (lambda data: b"", "file is empty"),
         (lambda data: data[: len(data) // 2], "truncated at line"),
-        (lambda data: data.replace(b"tailnum,", b"", 1).replace(b"\n", b"\n", 1),
-         "line 2 has 14 fields, header has 13"),
-        (lambda data: data.split(b"\n", 1)[0].replace(b",tailnum", b"") + b"\n",
-         "header lacks contract columns ['tailnum']"),
-        (lambda data: data.replace(b"\n", b'\n"unterminated,', 1),
-         "record starting at line 2"),
+        (
+            lambda data: data.replace(b"tailnum,", b"", 1).replace(b"\n", b"\n", 1),
+            "line 2 has 14 fields, header has 13",
+        ),
+        (
+            lambda data: data.split(b"\n", 1)[0].replace(b",tailnum", b"") + b"\n",
+            "header lacks contract columns ['tailnum']",
+        ),
+        (lambda data: data.replace(b"\n", b'\n"unterminated,', 1), "record starting at line 2"),
     ],
     ids=["empty", "truncated", "short-header", "missing-column", "unterminated-quote"],
 )

@@ -1,6 +1,5 @@
 """Ingestion assets: one per landing feed, generated from the task's contracts."""
 
-
 import dagster as dg
 import pandas as pd
 
@@ -15,17 +14,21 @@ GROUP = "ingestion"
 
 def feed_asset_key(feed: FeedSpec) -> dg.AssetKey:
     """The asset key of a feed's raw table (`raw_flights`)."""
-    return dg.AssetKey(feed.table)
+    return dg.AssetKey(feed.asset_name)
 
 
 def build_feed_asset(task: TaskSpec, feed: FeedSpec) -> dg.AssetsDefinition:
     """An asset that loads `feed`'s landing files into its raw table, quarantining bad rows."""
     daily = feed.kind == "daily"
+    pattern = feed.landing_key("YYYY-MM-DD") if daily else feed.landing_key()
 
     @dg.asset(
         key=feed_asset_key(feed),
         group_name=GROUP,
-        description=f"{feed.description} Loaded from `{feed.landing_key('YYYY-MM-DD') if daily else feed.landing_key()}` into `raw.{feed.name}`; rows that break the contract go to `raw.quarantine`.",
+        description=(
+            f"{feed.description} Loaded from `{pattern}` into `raw.{feed.name}`; rows that break "
+            "the contract go to `raw.quarantine`."
+        ),
         partitions_def=daily_partitions(task) if daily else None,
         backfill_policy=dg.BackfillPolicy.single_run() if daily else None,
         pool=WAREHOUSE_POOL,

@@ -1,6 +1,5 @@
 """`landing_sensor`: turn new or replaced landing files into partition runs, exactly once."""
 
-
 import json
 from collections import defaultdict
 from collections.abc import Sequence
@@ -52,9 +51,9 @@ def build_landing_sensor(
                 continue
             feed, day = match
             if day is None:
-                changed_reference.append((feed.table, f"{f.key}@{f.version}"))
+                changed_reference.append((feed.asset_name, f"{f.key}@{f.version}"))
             else:
-                changed_days[day].append((feed.table, f"{f.key}@{f.version}"))
+                changed_days[day].append((feed.asset_name, f"{f.key}@{f.version}"))
         # Reference data first: the run queue starts runs in the order they are requested.
         if changed_reference:
             yield _request(reference_job.name, None, changed_reference, reference_downstream)

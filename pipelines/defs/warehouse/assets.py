@@ -1,6 +1,5 @@
 """dbt models as assets: daily models per landing-day partition, the rest unpartitioned."""
 
-
 import json
 
 import dagster as dg
@@ -12,6 +11,8 @@ from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL
 
 DAILY_SELECT = "tag:daily"
+# dbt unit tests check model logic, not data: CI runs them once (tests/dbt), not every partition.
+BUILD = ["build", "--exclude-resource-type", "unit_test"]
 
 
 def build_dbt_assets(task: TaskSpec) -> tuple[dg.AssetsDefinition, dg.AssetsDefinition]:
@@ -29,8 +30,11 @@ def build_dbt_assets(task: TaskSpec) -> tuple[dg.AssetsDefinition, dg.AssetsDefi
     def daily_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
         """Build and test the daily models for the run's landing days only (incremental)."""
         window = context.partition_time_window
-        dbt_vars = {"min_date": window.start.date().isoformat(), "max_date": window.end.date().isoformat()}
-        yield from dbt.cli(["build", "--vars", json.dumps(dbt_vars)], context=context).stream()
+        dbt_vars = {
+            "min_date": window.start.date().isoformat(),
+            "max_date": window.end.date().isoformat(),
+        }
+        yield from dbt.cli([*BUILD, "--vars", json.dumps(dbt_vars)], context=context).stream()
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
@@ -41,6 +45,6 @@ def build_dbt_assets(task: TaskSpec) -> tuple[dg.AssetsDefinition, dg.AssetsDefi
     )
     def reference_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
         """Build and test the models over reference data and labels."""
-        yield from dbt.cli(["build"], context=context).stream()
+        yield from dbt.cli(BUILD, context=context).stream()
 
     return daily_dbt_models, reference_dbt_models

@@ -1,0 +1,99 @@
+"""Studies prune a clearly worse trial, record trial attributes and continue after a crash."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+
+from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
+from ml.data import TabularDataModule
+from ml.tuning import create_study, tune
+
+SPACE = SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",))
+GOOD = {"arch": "mlp", "width": 16, "depth": 1, "dropout": 0.0, "lr": 3e-2, "weight_decay": 1e-6}
+# A learning rate 300x smaller barely moves from the initial weights in two epochs.
+BAD = GOOD | {"lr": 1e-4}
+TRAIN = TrainConfig(max_epochs=2, batch_size=512, early_stopping_patience=None)
+
+
+@pytest.fixture(scope="module")
+def datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
+    return TabularDataModule(splits["train"], splits["val"], batch_size=512)
+
+
+def _config(tmp_path: Path, **overrides: object) -> TuneConfig:
+    # Reduction factor 3 with max_resource 2 gives a single Hyperband bracket whose first rung is
+    # epoch 1: the second trial is pruned there exactly when it is worse than the first.
+    base = TuneConfig(
+        n_trials=2,
+        storage=str(tmp_path / "study.journal"),
+        study_name="test",
+        min_resource=1,
+        reduction_factor=3,
+        search_space=SPACE,
+    )
+    return replace(base, **overrides)
+
+
+def test_clearly_worse_trial_is_pruned(datamodule: TabularDataModule, tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    study = create_study(config, max_epochs=TRAIN.max_epochs)
+    study.enqueue_trial(GOOD)
+    study.enqueue_trial(BAD)
+
+    result = tune(datamodule, config, ModelConfig(), TRAIN)
+
+    states = [t.state for t in study.get_trials()]
+    assert states == [TrialState.COMPLETE, TrialState.PRUNED]
+    assert (result.n_complete, result.n_pruned, result.best_trial) == (1, 1, 0)
+    assert result.best_params == GOOD
+    complete, pruned = study.get_trials()
+    assert complete.user_attrs["epochs_run"] == 2 and pruned.user_attrs["epochs_run"] == 2
+    assert pruned.last_step == 1
+    for trial in (complete, pruned):
+        assert trial.user_attrs["device"] == "cpu"
+        assert trial.user_attrs["wall_seconds"] > 0
+    assert result.total_compute_seconds == pytest.approx(
+        sum(t.user_attrs["wall_seconds"] for t in (complete, pruned))
+    )
+
+
+def test_crashed_study_continues_with_its_trials(
+    datamodule: TabularDataModule, tmp_path: Path
+) -> None:
+    config = _config(tmp_path, n_trials=3, pruning=False)
+    one_epoch = replace(TRAIN, max_epochs=1)
+    seen: list[int] = []
+
+    def crash_after_first_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        seen.append(trial.number)
+        raise RuntimeError("worker died")
+
+    with pytest.raises(RuntimeError, match="worker died"):
+        tune(datamodule, config, ModelConfig(), one_epoch, trial_callback=crash_after_first_trial)
+    first = create_study(config, max_epochs=1).trials[0]
+
+    result = tune(
+        datamodule,
+        config,
+        ModelConfig(),
+        one_epoch,
+        trial_callback=lambda _, t: seen.append(t.number),
+    )
+
+    trials = create_study(config, max_epochs=1).trials
+    assert [t.number for t in trials] == [0, 1, 2] and seen == [0, 1, 2]
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert trials[0].params == first.params and trials[0].value == first.value
+    assert trials[1].params != trials[0].params  # the resumed sampler does not replay trial 0
+    assert result.n_complete == 3
+    # The budget is already spent: another call runs no further trial.
+    assert tune(datamodule, config, ModelConfig(), one_epoch).n_complete == 3
+
+
+def test_budget_needs_a_limit(datamodule: TabularDataModule, tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        tune(datamodule, _config(tmp_path, n_trials=None, timeout_s=None), train_config=TRAIN)

@@ -1,0 +1,72 @@
+"""landing_sensor: one run per new or replaced landing day, nothing twice, nothing missed."""
+
+from datetime import date
+
+import dagster as dg
+
+from sim.replay import land_days
+
+
+def tick(flywheel, cursor: str | None):
+    sensor = flywheel.defs.resolve_sensor_def("landing_sensor")
+    context = dg.build_sensor_context(
+        cursor=cursor,
+        instance=flywheel.instance,
+        resources={"landing_zone": flywheel.zone},
+        definitions=flywheel.defs,
+    )
+    return sensor.evaluate_tick(context)
+
+
+def by_partition(result) -> dict[str | None, dg.RunRequest]:
+    return {r.partition_key: r for r in result.run_requests}
+
+
+def test_requests_each_landed_day_once(flywheel):
+    land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
+    first = tick(flywheel, None)
+    requests = by_partition(first)
+    assert sorted(requests, key=str) == ["2013-01-01", "2013-01-02", None]
+    assert requests[None].job_name == "reference_warehouse_job"
+    assert first.run_requests[0].partition_key is None  # reference data is requested first
+    day = requests["2013-01-01"]
+    assert day.job_name == "daily_warehouse_job"
+    selected = {k.to_user_string() for k in day.asset_selection}
+    assert {"raw_flights", "raw_weather", "fct_flight_features"} <= selected
+    assert "raw_planes" not in selected
+
+    again = tick(flywheel, first.cursor)
+    assert again.run_requests == []
+
+    land_days(flywheel.zone, [date(2013, 1, 3)])
+    later = tick(flywheel, again.cursor)
+    assert list(by_partition(later)) == ["2013-01-03"]
+
+
+def test_a_replaced_file_is_requested_again_with_a_new_run_key(flywheel):
+    land_days(flywheel.zone, [date(2013, 1, 1)])
+    first = tick(flywheel, None)
+    old_key = by_partition(first)["2013-01-01"].run_key
+    data = flywheel.zone.read_bytes("weather/2013-01-01.csv")
+    flywheel.zone.write_bytes("weather/2013-01-01.csv", data.replace(b"\n", b"\n", 1) + b"")
+    assert tick(flywheel, first.cursor).run_requests == []  # same bytes: nothing to do
+    lines = data.decode().splitlines()
+    flywheel.zone.write_bytes("weather/2013-01-01.csv", ("\n".join(lines[:-1]) + "\n").encode())
+    second = tick(flywheel, first.cursor)
+    request = by_partition(second)["2013-01-01"]
+    assert request.run_key != old_key
+    assert {k.to_user_string() for k in request.asset_selection} >= {"raw_weather"}
+    assert "raw_flights" not in {k.to_user_string() for k in request.asset_selection}
+
+
+def test_a_misnamed_file_is_reported_and_not_requested(flywheel, capfd):
+    flywheel.zone.write_bytes("flights/2013-1-5.csv", b"year\n2013\n")
+    flywheel.zone.write_bytes("flights/2014-06-01.csv", b"year\n2014\n")
+    flywheel.zone.write_bytes("notes/readme.txt", b"hello\n")
+    result = tick(flywheel, None)
+    assert result.run_requests == []
+    logged = capfd.readouterr().err
+    for key in ("flights/2013-1-5.csv", "flights/2014-06-01.csv", "notes/readme.txt"):
+        assert f"WARNING - landing file '{key}' fits no feed" in logged
+    tick(flywheel, result.cursor)
+    assert "fits no feed" not in capfd.readouterr().err  # once per version, not every tick
