@@ -87,8 +87,8 @@ def main() -> None:
         seconds, rows = per_partition(part)
         results.append(("backfill, run per partition", len(part), seconds, rows))
     print(f"\n{'mode':<30}{'days':>6}{'wall s':>10}{'flights':>10}{'rows/s':>10}{'s/day':>8}")
-    for name, n, seconds, rows in results:
-        print(f"{name:<30}{n:>6}{seconds:>10.1f}{rows:>10,}{rows / seconds:>10,.0f}{seconds / n:>8.2f}")
+    for name, n, secs, rows in results:
+        print(f"{name:<30}{n:>6}{secs:>10.1f}{rows:>10,}{rows / secs:>10,.0f}{secs / n:>8.2f}")
 
 
 if __name__ == "__main__":

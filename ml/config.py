@@ -33,12 +33,12 @@ FLIGHT_NUMERIC: tuple[str, ...] = (
     "plane_age_years",
     "plane_seats",
     "plane_engines",
-    "route_late_rate_28d",
-    "route_labelled_28d",
-    "carrier_late_rate_28d",
-    "carrier_labelled_28d",
-    "origin_hour_late_rate_28d",
-    "origin_hour_labelled_28d",
+    "route_late_rate",
+    "route_labelled_count",
+    "carrier_late_rate",
+    "carrier_labelled_count",
+    "origin_hour_late_rate",
+    "origin_hour_labelled_count",
 )
 
 

@@ -29,17 +29,17 @@ def make_flights(n: int, seed: int, unseen: bool = False) -> pd.DataFrame:
     num["scheduled_month"] = rng.integers(1, 13, n).astype(float)
     num["distance"] = rng.uniform(100, 2500, n)
     num["precip"] = rng.exponential(0.05, n)
-    num["route_late_rate_28d"] = rng.beta(2, 8, n)
+    num["route_late_rate"] = rng.beta(2, 8, n)
     logit = (
         -1.3
         + 0.12 * (num["scheduled_hour"] - 14)
         + CARRIER_EFFECT[carrier_idx]
         + 6.0 * num["precip"]
-        + 4.0 * (num["route_late_rate_28d"] - 0.2)
+        + 4.0 * (num["route_late_rate"] - 0.2)
         + 0.5 * num["wind_speed"]
     )
     is_late = rng.random(n) < 1 / (1 + np.exp(-logit))
-    for col in ("wind_gust", "temp", "plane_age_years", "route_late_rate_28d"):
+    for col in ("wind_gust", "temp", "plane_age_years", "route_late_rate"):
         num[col][rng.random(n) < (0.5 if col == "wind_gust" else 0.1)] = np.nan
     carrier = CARRIERS[carrier_idx].astype(object)
     if unseen:

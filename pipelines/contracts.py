@@ -83,6 +83,8 @@ class TaskSpec:
     null_values: tuple[str, ...] = ("",)
     labels_table: str | None = None
     labels_columns: dict[str, str] = field(default_factory=dict)
+    label_tasks_table: str | None = None
+    label_tasks_columns: dict[str, str] = field(default_factory=dict)
     path: Path = field(default=Path(), compare=False)
 
     @property
@@ -147,5 +149,7 @@ def load_task(name_or_path: str | Path = "flights") -> TaskSpec:
         null_values=tuple(raw.get("null_values", [""])),
         labels_table=raw.get("labels", {}).get("table"),
         labels_columns=raw.get("labels", {}).get("columns", {}),
+        label_tasks_table=raw.get("labels", {}).get("tasks_table"),
+        label_tasks_columns=raw.get("labels", {}).get("tasks_columns", {}),
         path=path,
     )

@@ -7,8 +7,10 @@ import os
 import dagster as dg
 
 from pipelines.contracts import load_task
+from pipelines.defs.datasets.assets import build_dataset_assets
 from pipelines.defs.ingestion.assets import build_ingestion_assets
 from pipelines.defs.ingestion.sensors import build_landing_sensor
+from pipelines.defs.labeling.assets import build_labeling_assets
 from pipelines.defs.warehouse.assets import build_dbt_assets
 from pipelines.lib.partitions import daily_partitions
 from pipelines.resources import build_resources
@@ -40,8 +42,10 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         daily_downstream=list(daily_dbt.keys),
         reference_downstream=list(reference_dbt.keys),
     )
+    label_tasks, labels = build_labeling_assets(task)
+    datasets = build_dataset_assets(task)
     return dg.Definitions(
-        assets=[*ingestion.values(), daily_dbt, reference_dbt],
+        assets=[*ingestion.values(), daily_dbt, reference_dbt, label_tasks, labels, *datasets],
         jobs=[daily_job, reference_job],
         sensors=[landing_sensor],
         resources=build_resources(env),

@@ -55,6 +55,8 @@ def ensure_raw_tables(con: duckdb.DuckDBPyConnection, task: TaskSpec) -> None:
     tables["quarantine"] = QUARANTINE_COLUMNS
     if task.labels_table:
         tables[task.labels_table] = task.labels_columns
+    if task.label_tasks_table:
+        tables[task.label_tasks_table] = task.label_tasks_columns
     for name, columns in tables.items():
         ddl = ", ".join(f'"{c}" {t}' for c, t in columns.items())
         con.execute(f"create table if not exists {RAW_SCHEMA}.{name} ({ddl})")

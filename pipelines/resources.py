@@ -8,13 +8,12 @@ against its `prod` target; every location and secret comes from environment vari
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 from pathlib import Path
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.landing_zone import LandingZone, LocalLandingZone, S3LandingZone
 from pipelines.lib.warehouse import DuckDBWarehouse
 
@@ -49,21 +48,37 @@ def required_env(name: str) -> str:
     return value
 
 
-def landing_zone(env: str | None = None) -> LandingZone:
-    """The landing zone of `env`: shared by the pipeline and by the simulator that feeds it."""
+def _file_store(env: str | None, folder: str) -> LandingZone:
+    """A local folder under FLYWHEEL_HOME, or a prefix of the S3 landing bucket in prod."""
     if (env or current_env()) == "local":
-        return LocalLandingZone(root=str(flywheel_home() / "landing"))
+        return LocalLandingZone(root=str(flywheel_home() / folder))
     return S3LandingZone(
         s3=S3Resource(endpoint_url=os.environ.get("FLYWHEEL_S3_ENDPOINT_URL")),
         bucket=required_env("FLYWHEEL_LANDING_BUCKET"),
-        prefix=os.environ.get("FLYWHEEL_LANDING_PREFIX", "landing"),
+        prefix=os.environ.get(f"FLYWHEEL_{folder.upper()}_PREFIX", folder),
     )
 
 
-def dbt_executable() -> str:
-    """The dbt installed beside this interpreter (its virtualenv need not be on PATH)."""
-    beside = Path(sys.executable).with_name("dbt")
-    return str(beside) if beside.exists() else (shutil.which("dbt") or "dbt")
+def landing_zone(env: str | None = None) -> LandingZone:
+    """The landing zone of `env`: shared by the pipeline and by the simulator that feeds it."""
+    return _file_store(env, "landing")
+
+
+def label_store(env: str | None = None) -> LandingZone:
+    """The labeling outbox (`outbox/`) and inbox (`inbox/<day>/`) of `env`."""
+    return _file_store(env, "labeling")
+
+
+def dataset_store(env: str | None = None) -> DvcDatasetStore:
+    """The DVC repository of datasets (`data/`) and its remote: a local folder or S3 in prod."""
+    repo = os.environ.get("FLYWHEEL_DVC_REPO", str(REPO_ROOT / "data"))
+    if (env or current_env()) == "local":
+        return DvcDatasetStore(repo_dir=repo, remote_url=str(flywheel_home() / "dvc-remote"))
+    return DvcDatasetStore(
+        repo_dir=repo,
+        remote_url=required_env("FLYWHEEL_DVC_REMOTE"),
+        endpoint_url=os.environ.get("FLYWHEEL_S3_ENDPOINT_URL"),
+    )
 
 
 def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource]:
@@ -72,11 +87,13 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
     # landing zone and should not pay for parsing the dbt project.
     from dagster_dbt import DbtCliResource
 
-    from pipelines.lib.dbt import dbt_project
+    from pipelines.lib.dbt import dbt_executable, dbt_project
 
     env = env or current_env()
     return {
         "landing_zone": landing_zone(env),
+        "label_store": label_store(env),
+        "dataset_store": dataset_store(env),
         "warehouse": DuckDBWarehouse(path=warehouse_path()),
         "dbt": DbtCliResource(project_dir=dbt_project, target=env, dbt_executable=dbt_executable()),
     }

@@ -8,12 +8,13 @@ source as (
 
 ranked as (
 
-    -- a flight labelled more than once keeps its most recently known outcome
+    -- label import accepts one label per flight; should a second ever arrive, the first known
+    -- outcome stays: a later one must not rewrite features already computed from the first
     select
         *,
         row_number() over (
             partition by flight_id
-            order by known_at desc, is_late desc  -- a tie resolves deterministically
+            order by known_at asc, is_late desc  -- a tie resolves deterministically
         ) as known_rank
     from source
 

@@ -1,0 +1,29 @@
+{{ config(materialized='table') }}
+
+with
+
+features as (
+
+    select * from {{ ref('fct_flight_features') }}
+
+),
+
+labels as (
+
+    select * from {{ ref('stg_labels__flight_labels') }}
+
+),
+
+final as (
+
+    select
+        features.*,
+        labels.is_late,
+        labels.known_at as label_known_at
+    from features
+    inner join labels
+        on features.flight_id = labels.flight_id
+
+)
+
+select * from final

@@ -1,0 +1,94 @@
+"""An MLflow pyfunc flavour for training checkpoints: preprocessing and network in one model.
+
+Imported explicitly (it pulls in MLflow); ``import ml`` stays free of tracking libraries.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow.models import ModelSignature, infer_signature
+from mlflow.models.model import ModelInfo
+from mlflow.pyfunc import PythonModel, PythonModelContext
+
+from ml.config import FeatureConfig
+from ml.inference import Predictor, load_predictor
+
+CHECKPOINT_ARTIFACT = "checkpoint"
+# The packages ml.inference imports; pinned to this environment so the model loads identically.
+RUNTIME_PACKAGES = ("torch", "lightning", "torchmetrics", "numpy", "pandas", "pyarrow")
+ML_PACKAGE = Path(__file__).resolve().parent
+
+
+class CheckpointModel(PythonModel):
+    """Scores raw feature tables with the preprocessor and network stored in one checkpoint."""
+
+    def __init__(self) -> None:
+        self._predictor: Predictor | None = None
+
+    def load_context(self, context: PythonModelContext) -> None:
+        """Rebuild the predictor from the logged checkpoint artifact."""
+        self._predictor = load_predictor(context.artifacts[CHECKPOINT_ARTIFACT])
+
+    def predict(
+        self, context: PythonModelContext, model_input: pd.DataFrame, params: dict | None = None
+    ) -> np.ndarray:
+        """Return P(label = 1) for every row of ``model_input``."""
+        if self._predictor is None:
+            self.load_context(context)
+        return self._predictor.predict_proba(model_input)
+
+
+def model_input(frame: pd.DataFrame, features: FeatureConfig | None = None) -> pd.DataFrame:
+    """Return the feature columns of ``frame`` as the model takes them (numerics as float64)."""
+    features = features or FeatureConfig()
+    # Integer columns become doubles so that a later batch with missing values still conforms.
+    numeric = frame[list(features.numeric)].astype(np.float64)
+    return pd.concat([frame[list(features.categorical)], numeric], axis=1)
+
+
+def model_signature(
+    checkpoint_path: str | Path, example: pd.DataFrame
+) -> tuple[ModelSignature, pd.DataFrame]:
+    """Infer the signature from ``example`` (model input columns) and its predictions."""
+    predictions = load_predictor(checkpoint_path).predict_proba(example)
+    return infer_signature(example, predictions), example
+
+
+def requirements() -> list[str]:
+    """Return the pinned pip requirements of the model's runtime."""
+    return [f"{package}=={version(package)}" for package in RUNTIME_PACKAGES]
+
+
+def log_model(
+    checkpoint_path: str | Path,
+    example_frame: pd.DataFrame,
+    registered_model_name: str,
+    features: FeatureConfig | None = None,
+    name: str = "model",
+    n_examples: int = 5,
+    tags: dict[str, str] | None = None,
+) -> ModelInfo:
+    """Log a checkpoint as a pyfunc model in the active run and register a new version of it.
+
+    The signature is inferred from the first ``n_examples`` rows of ``example_frame`` (feature
+    columns only); the ``ml`` package travels with the model as code, so loading it needs only
+    the pinned requirements.
+    """
+    example = model_input(example_frame.head(n_examples), features).reset_index(drop=True)
+    signature, example = model_signature(checkpoint_path, example)
+    return mlflow.pyfunc.log_model(
+        name=name,
+        python_model=CheckpointModel(),
+        artifacts={CHECKPOINT_ARTIFACT: str(checkpoint_path)},
+        code_paths=[str(ML_PACKAGE)],
+        signature=signature,
+        input_example=example,
+        pip_requirements=requirements(),
+        registered_model_name=registered_model_name,
+        tags=tags,
+    )

@@ -1,0 +1,63 @@
+"""The versioned training dataset: labelled examples split by time, tracked and pushed by DVC."""
+
+import dagster as dg
+import pandas as pd
+
+from ml.splits import split_by_time
+from pipelines.contracts import TaskSpec
+from pipelines.lib.datasets import DvcDatasetStore
+from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
+
+
+class DatasetConfig(dg.Config):
+    """How many of the most recent labelled days are held out for validation and for test."""
+
+    validation_days: int = 7
+    test_days: int = 7
+
+
+def split_summary(splits: dict[str, pd.DataFrame], label: str, date_column: str) -> str:
+    """A markdown table of rows, label rate and date range per split."""
+    rows = [
+        {
+            "split": name,
+            "rows": len(frame),
+            "label_rate": round(float(frame[label].mean()), 4),
+            "first_day": str(frame[date_column].min()),
+            "last_day": str(frame[date_column].max()),
+        }
+        for name, frame in splits.items()
+    ]
+    return pd.DataFrame(rows).to_markdown(index=False)
+
+
+def build_dataset_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
+    """The `training_dataset` asset of `task`."""
+
+    @dg.asset(
+        group_name="datasets",
+        deps=["fct_labelled_flights"],
+        pool=WAREHOUSE_POOL,
+        kinds={"dvc", "parquet"},
+    )
+    def training_dataset(
+        config: DatasetConfig, warehouse: DuckDBWarehouse, dataset_store: DvcDatasetStore
+    ) -> dg.MaterializeResult:
+        """Labelled examples as train/validation/test Parquet (latest days held out), in DVC."""
+        examples = warehouse.query("select * from fct_labelled_flights order by flight_id")
+        splits = split_by_time(examples, "flight_date", config.validation_days, config.test_days)
+        version = dataset_store.save(task.name, splits)
+        schema = {c: str(t) for c, t in examples.dtypes.items()}
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(version.dvc_hash),
+            metadata={
+                "dvc_hash": version.dvc_hash,
+                "path": str(version.path),
+                "pointer": str(version.pointer),
+                "dagster/row_count": len(examples),
+                "splits": dg.MetadataValue.md(split_summary(splits, "is_late", "flight_date")),
+                "schema": schema,
+            },
+        )
+
+    return [training_dataset]

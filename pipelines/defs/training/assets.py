@@ -1,0 +1,177 @@
+"""The challenger model: tuned with Optuna, tracked and registered in MLflow."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+
+from ml.challenger import Challenger, fit_challenger
+from ml.config import ModelConfig, TrainConfig, TuneConfig
+from ml.data import TabularDataModule
+from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
+
+GROUP = "training"
+TRAINING_POOL = "training"
+DATASET = dg.AssetKey("training_dataset")
+# A Kubernetes run launcher or executor gives the training step's pod one GPU.
+GPU_TAGS = {
+    "dagster-k8s/config": {"container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}}
+}
+
+
+class TrainingConfig(dg.Config):
+    """What an operator may turn for one training run; everything else is an ml default."""
+
+    n_trials: int = 6
+    timeout_s: float | None = None
+    max_epochs: int = TrainConfig.max_epochs
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TrainingDataset:
+    """The latest materialization of the training dataset: its folder and DVC hash."""
+
+    path: Path
+    dvc_hash: str
+
+    def split(self, name: str) -> Path:
+        """The Parquet file of split `name` (train, validation, test)."""
+        return self.path / f"{name}.parquet"
+
+
+def latest_dataset(instance: dg.DagsterInstance) -> TrainingDataset:
+    """Read the folder and DVC hash recorded by the latest `training_dataset` materialization."""
+    event = instance.get_latest_materialization_event(DATASET)
+    if event is None or event.asset_materialization is None:
+        raise dg.Failure(f"{DATASET.to_user_string()} was never materialized: materialize it first")
+    metadata = event.asset_materialization.metadata
+    missing = {"path", "dvc_hash"} - set(metadata)
+    if missing:
+        raise dg.Failure(f"{DATASET.to_user_string()} metadata lacks {sorted(missing)}")
+    return TrainingDataset(Path(metadata["path"].value), str(metadata["dvc_hash"].value))
+
+
+def ml_configs(
+    config: TrainingConfig, study_name: str, storage: TuningStorage
+) -> tuple[TuneConfig, TrainConfig]:
+    """Turn the run config into the tuning and training configs of `ml`."""
+    tune = TuneConfig(
+        n_trials=config.n_trials,
+        timeout_s=config.timeout_s,
+        storage=storage.for_study(study_name),
+        study_name=study_name,
+        sampler_seed=config.seed,
+    )
+    return tune, TrainConfig(max_epochs=config.max_epochs, seed=config.seed)
+
+
+def results_metadata(
+    challenger: Challenger, registered: str, version: int, run_id: str, run_url: str | None
+) -> dict[str, dg.RawMetadataValue]:
+    """Materialization metadata: the challenger beside the baselines, and where it is tracked."""
+    rows = [{"model": f"challenger ({challenger.model_config.arch})", **challenger.metrics}]
+    rows += [{"model": name, **scores} for name, scores in challenger.baselines.items()]
+    tuning = challenger.tuning
+    return {
+        "registered_model": f"models:/{registered}/{version}",
+        "registered_model_version": version,
+        "mlflow_run_id": run_id,
+        "mlflow_run": dg.MetadataValue.url(run_url) if run_url else f"runs:/{run_id}",
+        "best_params": dg.MetadataValue.json(tuning.best_params),
+        "val/auroc": challenger.metrics["auroc"],
+        "val/logloss": challenger.metrics["logloss"],
+        "validation_metrics": dg.MetadataValue.md(
+            pd.DataFrame(rows).to_markdown(index=False, floatfmt=".4f")
+        ),
+        "study": tuning.study_name,
+        "trials_complete": tuning.n_complete,
+        "trials_pruned": tuning.n_pruned,
+        "tuning_compute_seconds": round(tuning.total_compute_seconds, 3),
+        "device": challenger.fit.device,
+    }
+
+
+def build_training_assets(task_name: str) -> list[dg.AssetsDefinition]:
+    """The training assets of `task_name`: the challenger model trained on its dataset."""
+    registered = f"flywheel-{task_name}"
+
+    @dg.asset(
+        name="challenger_model",
+        group_name=GROUP,
+        deps=[DATASET],
+        kinds={"pytorch", "mlflow", "optuna"},
+        op_tags=GPU_TAGS,
+        pool=TRAINING_POOL,
+    )
+    def challenger_model(
+        context: dg.AssetExecutionContext,
+        config: TrainingConfig,
+        tracker: MlflowTracker,
+        tuning_storage: TuningStorage,
+    ) -> dg.MaterializeResult:
+        """Tune, refit and register a challenger model on the latest training dataset."""
+        dataset = latest_dataset(context.instance)
+        study = f"{task_name}-{dataset.dvc_hash[:12]}"
+        tune_config, train_config = ml_configs(config, study, tuning_storage)
+        datamodule = TabularDataModule(
+            dataset.split("train"), dataset.split("validation"), seed=config.seed
+        )
+        tags = {
+            "dataset.dvc_hash": dataset.dvc_hash,
+            "git.commit": git_commit(),
+            "dagster.run_id": context.run_id,
+        }
+        with (
+            tracker.start_run(run_name=f"{registered}-{context.run_id[:8]}", tags=tags) as run,
+            tempfile.TemporaryDirectory() as checkpoints,
+        ):
+            callback = tracker.trial_callback(run.info.run_id, train_config.monitor)
+            challenger = fit_challenger(
+                datamodule, tune_config, ModelConfig(), train_config, checkpoints, callback
+            )
+            version = log_challenger(tracker, run.info.run_id, challenger, dataset, registered)
+        metadata = results_metadata(
+            challenger, registered, version, run.info.run_id, tracker.run_url(run.info.run_id)
+        )
+        return dg.MaterializeResult(
+            metadata={**metadata, "dataset_dvc_hash": dataset.dvc_hash},
+            data_version=dg.DataVersion(f"{registered}/{version}"),
+        )
+
+    return [challenger_model]
+
+
+def log_challenger(
+    tracker: MlflowTracker,
+    run_id: str,
+    challenger: Challenger,
+    dataset: TrainingDataset,
+    registered: str,
+) -> int:
+    """Log the challenger's parameters, metrics and model to the run; return its new version."""
+    # Imported here: logging a model pulls in the MLflow model flavours, which loading the
+    # definitions does not need.
+    from ml.pyfunc import log_model
+
+    tracker.log_params(run_id, challenger.tuning.best_params)
+    baselines = {
+        f"baseline/{name}/{metric}": value
+        for name, scores in challenger.baselines.items()
+        for metric, value in scores.items()
+    }
+    val = {f"val/{metric}": value for metric, value in challenger.metrics.items()}
+    tuning = {"tuning/compute_seconds": challenger.tuning.total_compute_seconds}
+    # The refit's learning curve keeps its own names: val/* are the final checkpoint's scores.
+    curve = [
+        {"epoch": record["epoch"], **{f"refit/{k}": v for k, v in record.items() if k != "epoch"}}
+        for record in challenger.fit.history
+    ]
+    tracker.log_metrics(run_id, val | baselines | tuning, curve)
+    examples = pd.read_parquet(dataset.split("validation")).head(5)
+    info = log_model(challenger.checkpoint, examples, registered)
+    return int(info.registered_model_version)

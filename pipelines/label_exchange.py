@@ -1,0 +1,206 @@
+"""The warehouse side of labeling: choose and export a day's tasks, import what came back.
+
+Both directions replace one partition in one transaction: a day's exported tasks (by landing day)
+or a day's delivered labels (by delivery day), with the rejected items in `raw.quarantine`.
+No Dagster here; the labeling assets call these functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import duckdb
+import pandas as pd
+
+from pipelines.contracts import TaskSpec
+from pipelines.ingestion import RAW_SCHEMA
+from pipelines.labeling import (
+    batch_manifest,
+    label_studio_tasks,
+    parse_label_studio_export,
+    render_json,
+    select_for_labeling,
+)
+from pipelines.lib.landing_zone import LandingZone
+
+PREDICTIONS = "flight_predictions"  # written by batch scoring; absent until a model exists
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """A day's exported batch: where it went and why each task was chosen."""
+
+    batch_id: str
+    key: str
+    candidates: int
+    scored: int
+    reasons: dict[str, int]
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """A delivery day's import: files read, labels accepted, items quarantined."""
+
+    files: list[str]
+    accepted: int
+    rejected: int
+    reasons: dict[str, int]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    found = con.execute(
+        "select count(*) from information_schema.tables where table_name = ?", [name]
+    ).fetchone()
+    return bool(found and found[0])
+
+
+def export_candidates(con: duckdb.DuckDBPyConnection, task: TaskSpec, day: str) -> pd.DataFrame:
+    """Features of the day's flights never exported on another day, with the champion's score."""
+    tasks = f"{RAW_SCHEMA}.{task.label_tasks_table}"
+    scores = (
+        f"left join {PREDICTIONS} p on p.flight_id = f.flight_id"
+        if _has_relation(con, PREDICTIONS)
+        else "left join (select null::varchar as flight_id, null::double as probability, "
+        "null::varchar as model_version) p on false"
+    )
+    return con.execute(
+        f"select f.*, p.probability as score, p.model_version from fct_flight_features f {scores} "
+        f"where f.flight_date = ? and f.flight_id not in "
+        f"(select flight_id from {tasks} where _landing_date <> ?) order by f.flight_id",
+        [day, day],
+    ).df()
+
+
+def export_day(
+    con: duckdb.DuckDBPyConnection,
+    store: LandingZone,
+    task: TaskSpec,
+    day: str,
+    budget: int,
+    audit_share: float,
+    flagged_segments: pd.DataFrame | None = None,
+) -> ExportReport:
+    """Choose the day's flights to label, write the batch to the outbox, record its tasks."""
+    candidates = export_candidates(con, task, day)
+    seed = int(hashlib.sha256(f"{task.name}/{day}".encode()).hexdigest()[:8], 16)
+    chosen = select_for_labeling(
+        candidates.drop(columns="model_version"), budget, audit_share, seed, flagged_segments
+    )
+    versions = candidates.model_version.dropna().unique()
+    model_version = str(versions[0]) if len(versions) else None
+    batch_id = f"{task.name}-{day}"
+    tasks = label_studio_tasks(chosen, batch_id, model_version)
+    now = _now()
+    key = f"outbox/{batch_id}.json"
+    store.write_bytes(key, render_json(tasks))
+    store.write_bytes(
+        f"outbox/{batch_id}.manifest.json",
+        render_json(batch_manifest(batch_id, tasks, now.isoformat() + "Z")),
+    )
+    rows = pd.DataFrame(
+        {
+            "task_id": [t["data"]["task_id"] for t in tasks],
+            "flight_id": chosen.flight_id.to_numpy(),
+            "batch_id": batch_id,
+            "reason": chosen.reason.to_numpy(),
+            "score": chosen.score.to_numpy(dtype="float64"),
+            "model_version": model_version,
+            "exported_at": now,
+            "_landing_date": pd.Timestamp(day).date(),
+        }
+    )
+    _replace(con, f"{RAW_SCHEMA}.{task.label_tasks_table}", "_landing_date", day, rows)
+    return ExportReport(
+        batch_id,
+        key,
+        len(candidates),
+        int(candidates.score.notna().sum()),
+        chosen.reason.value_counts().to_dict(),
+    )
+
+
+def import_day(
+    con: duckdb.DuckDBPyConnection, store: LandingZone, task: TaskSpec, day: str
+) -> ImportReport:
+    """Validate every file delivered on `day` and replace that day's labels and quarantine."""
+    labels = f"{RAW_SCHEMA}.{task.labels_table}"
+    tasks = f"{RAW_SCHEMA}.{task.label_tasks_table}"
+    elsewhere = con.execute(
+        f"select task_id, 'annotation ' || annotation_id || ' in ' || source_file as origin "
+        f"from {labels} where _delivery_date <> ?",
+        [day],
+    ).df()
+    already: dict[str, str] = dict(zip(elsewhere.task_id, elsewhere.origin, strict=True))
+    exported = con.execute(f"select task_id, flight_id from {tasks}").df()
+    awaiting = {
+        t: f for t, f in zip(exported.task_id, exported.flight_id, strict=True) if t not in already
+    }
+    files = sorted(f.key for f in store.list_files(f"inbox/{day}/") if f.key.endswith(".json"))
+    accepted, rejected = [], []
+    for key in files:
+        good, bad = parse_label_studio_export(key, store.read_bytes(key), awaiting, already)
+        accepted.append(good)
+        rejected.append(bad)
+        for task_id, annotation_id in zip(good.task_id, good.annotation_id, strict=True):
+            already[task_id] = f"annotation {annotation_id} in {key}"
+            awaiting.pop(task_id, None)
+    now = _now()
+    good = pd.concat(accepted, ignore_index=True) if accepted else pd.DataFrame()
+    bad = pd.concat(rejected, ignore_index=True) if rejected else pd.DataFrame()
+    good = good.assign(_delivery_date=pd.Timestamp(day).date(), _ingested_at=now)
+    bad = bad.rename(columns={"item": "source_line"}).drop(columns="task_id", errors="ignore")
+    bad = bad.assign(
+        feed=task.labels_table, landing_date=pd.Timestamp(day).date(), quarantined_at=now
+    )
+    con.execute("begin transaction")
+    try:
+        _replace(con, labels, "_delivery_date", day, good, transaction=False)
+        con.execute(
+            f"delete from {RAW_SCHEMA}.quarantine where feed = ? and landing_date = ?",
+            [task.labels_table, day],
+        )
+        if len(bad):
+            _insert(con, f"{RAW_SCHEMA}.quarantine", bad)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    reasons = bad.reason.str.split(" \\(").str[0].value_counts().to_dict() if len(bad) else {}
+    return ImportReport(files, len(good), len(bad), reasons)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pd.DataFrame) -> None:
+    con.register("_rows", rows)
+    try:
+        con.execute(f"insert into {table} by name select * from _rows")
+    finally:
+        con.unregister("_rows")
+
+
+def _replace(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    column: str,
+    day: str,
+    rows: pd.DataFrame,
+    transaction: bool = True,
+) -> None:
+    """Replace the rows of `table` whose `column` is `day` with `rows`."""
+    if transaction:
+        con.execute("begin transaction")
+    try:
+        con.execute(f"delete from {table} where {column} = ?", [day])
+        if len(rows):
+            _insert(con, table, rows)
+        if transaction:
+            con.execute("commit")
+    except BaseException:
+        if transaction:
+            con.execute("rollback")
+        raise

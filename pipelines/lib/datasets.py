@@ -1,0 +1,105 @@
+"""Versioned datasets: Parquet snapshots tracked by DVC and pushed to a remote.
+
+The remote is a local folder by default and an S3 prefix (dvc-s3) in production; it is set in
+the DVC repository's git-ignored `config.local`, so the committed config stays machine-neutral.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+
+class DvcCommandError(RuntimeError):
+    """A dvc command failed; the message holds the command and what dvc printed."""
+
+
+@dataclass(frozen=True)
+class DatasetVersion:
+    """A dataset as DVC tracks it: its content hash, folder and files."""
+
+    dvc_hash: str
+    path: Path
+    pointer: Path
+    files: dict[str, Path]
+
+
+def dvc_executable() -> str:
+    """The dvc of this interpreter's environment, else the one on PATH."""
+    beside = Path(sys.prefix) / "bin" / "dvc"
+    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
+
+
+class DvcDatasetStore(dg.ConfigurableResource):
+    """Writes dataset splits into a DVC repository and pushes them to its remote."""
+
+    repo_dir: str
+    remote_url: str
+    endpoint_url: str | None = None
+    remote_name: str = "flywheel"
+
+    def dvc(self, *args: str) -> str:
+        """Run a dvc command in the repository; DvcCommandError with its output if it fails."""
+        cmd = [dvc_executable(), *args]
+        out = subprocess.run(cmd, cwd=self.repo_dir, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise DvcCommandError(
+                f"`dvc {' '.join(args)}` failed in {self.repo_dir}:\n{out.stderr}"
+            )
+        return out.stdout
+
+    def configure_remote(self) -> None:
+        """Point the repository's default remote at `remote_url` (machine-local config)."""
+        self.dvc(
+            "remote", "add", "--local", "--force", "--default", self.remote_name, self.remote_url
+        )
+        if self.endpoint_url:
+            self.dvc(
+                "remote", "modify", "--local", self.remote_name, "endpointurl", self.endpoint_url
+            )
+
+    def save(self, name: str, splits: dict[str, pd.DataFrame]) -> DatasetVersion:
+        """Write each split as `datasets/<name>/<split>.parquet`, track the folder, push it."""
+        folder = Path(self.repo_dir) / "datasets" / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        files = {}
+        for split, frame in splits.items():
+            files[split] = folder / f"{split}.parquet"
+            # Same rows, same bytes: sorted input and no index make the DVC hash reproducible.
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            pq.write_table(table, files[split], compression="zstd")
+        relative = folder.relative_to(self.repo_dir).as_posix()
+        self.configure_remote()
+        self.dvc("add", "--quiet", relative)
+        pointer = folder.with_name(f"{name}.dvc")
+        self.dvc(
+            "push",
+            "--quiet",
+            "--remote",
+            self.remote_name,
+            pointer.relative_to(self.repo_dir).as_posix(),
+        )
+        return DatasetVersion(read_dvc_hash(pointer), folder, pointer, files)
+
+    def pull(self, name: str) -> Path:
+        """Fetch the files of the committed pointer `datasets/<name>.dvc` from the remote."""
+        self.configure_remote()
+        self.dvc("pull", "--quiet", "--remote", self.remote_name, f"datasets/{name}.dvc")
+        return Path(self.repo_dir) / "datasets" / name
+
+
+def read_dvc_hash(pointer: Path) -> str:
+    """The content hash DVC recorded in a `.dvc` pointer file."""
+    outs = yaml.safe_load(pointer.read_text())["outs"]
+    return outs[0]["md5"]

@@ -1,0 +1,193 @@
+"""Experiment tracking and tuning storage: MLflow runs and registry, Optuna study storage.
+
+Locally both live under `FLYWHEEL_HOME`: an MLflow SQLite store (tracking and model registry)
+with artifacts beside it, and one Optuna journal file per study. In production the tracking
+server comes from `MLFLOW_TRACKING_URI` and the studies from an RDB URL
+(`FLYWHEEL_OPTUNA_STORAGE`), so every worker and pod sees the same state.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+import mlflow
+import optuna
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunStatus
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from optuna.trial import FrozenTrial, TrialState
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SQLITE_PREFIX = "sqlite:///"
+TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
+
+
+class MlflowTracker(dg.ConfigurableResource):
+    """An MLflow tracking store and model registry, and the experiment training runs go to."""
+
+    tracking_uri: str
+    registry_uri: str | None = None
+    experiment: str = "flywheel-flights"
+    # Used only when the experiment is created; a tracking server chooses its own otherwise.
+    artifact_location: str | None = None
+
+    def client(self) -> MlflowClient:
+        """A client bound to this store, independent of the process-wide MLflow settings."""
+        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.registry_uri)
+
+    def experiment_id(self) -> str:
+        """The id of the experiment, created (with the artifact location) on first use."""
+        if self.tracking_uri.startswith(SQLITE_PREFIX):
+            Path(self.tracking_uri.removeprefix(SQLITE_PREFIX)).parent.mkdir(
+                parents=True, exist_ok=True
+            )
+        client = self.client()
+        experiment = client.get_experiment_by_name(self.experiment)
+        if experiment is not None:
+            return experiment.experiment_id
+        return client.create_experiment(self.experiment, artifact_location=self.artifact_location)
+
+    @contextmanager
+    def start_run(self, run_name: str, tags: dict[str, str]) -> Iterator[mlflow.ActiveRun]:
+        """Start the active (parent) run; fluent calls such as `log_model` go to this store."""
+        experiment_id = self.experiment_id()
+        # mlflow.pyfunc.log_model only speaks to the process-wide store.
+        mlflow.set_tracking_uri(self.tracking_uri)
+        if self.registry_uri is not None:
+            mlflow.set_registry_uri(self.registry_uri)
+        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags) as run:
+            yield run
+
+    def log_metrics(
+        self, run_id: str, metrics: dict[str, float], history: list[dict[str, float]] = ()
+    ) -> None:
+        """Log final metrics, and per-epoch records (each with an "epoch") as metric steps."""
+        entries = [Metric(k, float(v), _now_ms(), 0) for k, v in metrics.items()]
+        entries += _epoch_metrics(history, _now_ms())
+        self.client().log_batch(run_id, metrics=entries)
+
+    def log_params(self, run_id: str, params: dict[str, object]) -> None:
+        """Log parameters of a run."""
+        self.client().log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
+
+    def trial_callback(self, parent_run_id: str, monitor: str = "val/logloss") -> TrialCallback:
+        """An Optuna callback logging each finished trial as a run nested under the parent.
+
+        Nested runs inherit the parent's own tags (dataset hash, commit, Dagster run id) and get
+        the trial's parameters, state, device, wall seconds and per-epoch validation metrics.
+        """
+        client = self.client()
+        parent = client.get_run(parent_run_id)
+        inherited = {k: v for k, v in parent.data.tags.items() if not k.startswith("mlflow.")}
+
+        def log_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+            tags = inherited | {
+                MLFLOW_PARENT_RUN_ID: parent_run_id,
+                "optuna.study": study.study_name,
+                "optuna.trial_number": str(trial.number),
+                "optuna.trial_state": trial.state.name,
+                "device": str(trial.user_attrs.get("device", "unknown")),
+            }
+            start = _ms(trial.datetime_start)
+            run = client.create_run(
+                parent.info.experiment_id, start, tags, run_name=f"trial-{trial.number}"
+            )
+            client.log_batch(
+                run.info.run_id,
+                metrics=trial_metrics(trial, monitor, start),
+                params=[Param(k, str(v)) for k, v in trial.params.items()],
+            )
+            ok = trial.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            status = RunStatus.to_string(RunStatus.FINISHED if ok else RunStatus.FAILED)
+            client.set_terminated(run.info.run_id, status, _ms(trial.datetime_complete))
+
+        return log_trial
+
+    def run_url(self, run_id: str) -> str | None:
+        """A link to the run in the tracking server's UI (None for a local store)."""
+        if not self.tracking_uri.startswith(("http://", "https://")):
+            return None
+        run = self.client().get_run(run_id)
+        base = self.tracking_uri.rstrip("/")
+        return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+
+
+def trial_metrics(trial: FrozenTrial, monitor: str, timestamp: int) -> list[Metric]:
+    """Per-epoch metrics of a trial, its best monitored value, wall seconds and epochs run.
+
+    A `history` user attribute (records of all `val/*` metrics per epoch) is used when the
+    objective stores one; otherwise the monitored metric comes from the values the pruning
+    callback reported, one per epoch.
+    """
+    history = trial.user_attrs.get("history")
+    if history is None:
+        history = [{"epoch": step, monitor: v} for step, v in trial.intermediate_values.items()]
+    metrics = _epoch_metrics(history, timestamp)
+    if trial.value is not None:
+        metrics.append(Metric(f"best/{monitor}", float(trial.value), timestamp, 0))
+    for name in ("wall_seconds", "epochs_run"):
+        if name in trial.user_attrs:
+            metrics.append(Metric(f"trial/{name}", float(trial.user_attrs[name]), timestamp, 0))
+    return metrics
+
+
+def git_commit(repo: Path = REPO_ROOT) -> str:
+    """The commit checked out at `repo`, or "unknown" where it is not a git checkout."""
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+        )
+    except FileNotFoundError:  # no git executable, as in slim runtime images
+        return "unknown"
+    return result.stdout.strip() if result.returncode == 0 else "unknown"
+
+
+def tracker_resource(env: str, home: Path) -> MlflowTracker:
+    """The tracker of `env`: a SQLite store under `home` locally, `MLFLOW_TRACKING_URI` in prod."""
+    if env == "local":
+        root = home / "mlflow"
+        return MlflowTracker(
+            tracking_uri=f"{SQLITE_PREFIX}{root / 'mlflow.db'}",
+            artifact_location=(root / "artifacts").as_uri(),
+        )
+    return MlflowTracker(tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI"))
+
+
+class TuningStorage(dg.ConfigurableResource):
+    """Where Optuna studies live: a folder of journal files, or an RDB URL (`scheme://...`)."""
+
+    location: str
+
+    def for_study(self, study_name: str) -> str:
+        """The storage of one study, as `ml.config.TuneConfig.storage` takes it."""
+        if "://" in self.location:
+            return self.location
+        return str(Path(self.location) / f"{study_name}.journal")
+
+
+def tuning_storage(env: str, home: Path) -> TuningStorage:
+    """Study storage of `env`: journal files under `home/optuna`, `FLYWHEEL_OPTUNA_STORAGE` in prod."""
+    if env == "local":
+        return TuningStorage(location=str(home / "optuna"))
+    return TuningStorage(location=dg.EnvVar("FLYWHEEL_OPTUNA_STORAGE"))
+
+
+def _epoch_metrics(history: list[dict[str, float]], timestamp: int) -> list[Metric]:
+    return [
+        Metric(k, float(v), timestamp, int(record["epoch"]))
+        for record in history
+        for k, v in record.items()
+        if k != "epoch"
+    ]
+
+
+def _ms(moment) -> int | None:
+    return int(moment.timestamp() * 1000) if moment is not None else None
+
+
+def _now_ms() -> int:
+    return mlflow.utils.time.get_current_time_millis()

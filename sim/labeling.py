@@ -1,0 +1,179 @@
+"""The annotators: a labeling service that answers the pipeline's batches once flights have landed.
+
+The store is a folder (or an S3 prefix) shared with the pipeline, laid out as a real Label Studio
+deployment would use it:
+
+- `outbox/<batch_id>.json` holds Label Studio *import* JSON (a list of tasks with `data`, `meta`
+  and `predictions`); `outbox/<batch_id>.manifest.json` describes it. In production the files are
+  imported through the Label Studio UI or API, or read by a source cloud storage connected to the
+  outbox prefix.
+- `inbox/<YYYY-MM-DD>/<batch_id>.json` holds Label Studio's JSON *export* of the tasks answered that
+  day (a list of tasks with `id`, `data` and `annotations`). In production a target cloud storage
+  syncs annotations to the inbox prefix, or `label-studio-sdk`'s export API writes them there (an
+  optional extra, not a dependency).
+
+The Label Studio project uses this labeling config:
+
+    <View>
+      <Text name="flight" value="$flight_id"/>
+      <Choices name="is_late" toName="flight">
+        <Choice value="late"/><Choice value="on_time"/>
+      </Choices>
+    </View>
+
+Answers come from the outcomes the replay holds back: `late` if the flight arrived 15+ minutes
+late, and also if it has no arrival delay at all (cancelled or diverted: it did not arrive on
+time); otherwise `on_time`. With probability `noise` an answer is flipped (seeded per task).
+
+Delivery rule (stateless, idempotent): a task is due once its flight's scheduled date plus
+`latency_days` is on or before the delivery day. `deliver(day)` answers every due task that no
+inbox file of *another* day already holds, in that day's file. Re-delivering a day writes the
+same bytes, and a task answered on one day is never answered on another; a task in several
+batches is answered once per day, in the first batch by key.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any
+
+import pandas as pd
+
+from pipelines.labeling import FROM_NAME, LABEL_CHOICES, TO_NAME, render_json
+from pipelines.lib.landing_zone import LandingZone
+from sim import nycflights
+
+OUTBOX, INBOX = "outbox/", "inbox/"
+LATE_MINUTES = 15
+WORKDAY_SECONDS = 8 * 3600  # answers are given between 09:00 and 17:00 UTC
+
+
+@dataclass
+class DeliveryReport:
+    """What one delivery did: inbox keys whose bytes changed, tasks answered that day, waiting."""
+
+    files_written: list[str] = field(default_factory=list)
+    tasks_answered: int = 0
+    tasks_waiting: int = 0
+
+
+@dataclass
+class LabelingService:
+    """Answers the outbox's tasks into the inbox, `latency_days` after each flight's day."""
+
+    store: LandingZone
+    latency_days: int = 1
+    noise: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.latency_days < 0:
+            raise ValueError(f"latency_days must be >= 0, got {self.latency_days}")
+        if not 0 <= self.noise <= 1:
+            raise ValueError(f"noise must be within [0, 1], got {self.noise}")
+
+    def deliver(self, today: date) -> DeliveryReport:
+        """Write today's answers to `inbox/<today>/<batch_id>.json`, one file per batch."""
+        answered_elsewhere = self._answered(excluding=today)
+        answered_today: set[str] = set()
+        report = DeliveryReport()
+        for batch_id, tasks in self._batches():
+            due = []
+            for task in tasks:
+                task_id = task["data"]["task_id"]
+                if task_id in answered_elsewhere or task_id in answered_today:
+                    continue
+                if self._due(task) <= today:
+                    answered_today.add(task_id)
+                    due.append(task)
+                else:
+                    report.tasks_waiting += 1
+            if due:
+                key = f"{INBOX}{today.isoformat()}/{batch_id}.json"
+                if self.store.write_bytes(key, render_json([self._answer(t, today) for t in due])):
+                    report.files_written.append(key)
+        report.tasks_answered = len(answered_today)
+        return report
+
+    def _batches(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        """Every batch in the outbox, by key: its id (the file name) and its tasks."""
+        batches = []
+        for file in self.store.list_files(OUTBOX):
+            name = file.key[len(OUTBOX) :]
+            if "/" in name or not name.endswith(".json") or name.endswith(".manifest.json"):
+                continue
+            batches.append(
+                (name.removesuffix(".json"), json.loads(self.store.read_bytes(file.key)))
+            )
+        return batches
+
+    def _answered(self, excluding: date) -> set[str]:
+        """The task ids that inbox files of days other than `excluding` hold."""
+        skip = f"{INBOX}{excluding.isoformat()}/"
+        return {
+            item["data"]["task_id"]
+            for file in self.store.list_files(INBOX)
+            if not file.key.startswith(skip) and file.key.endswith(".json")
+            for item in json.loads(self.store.read_bytes(file.key))
+        }
+
+    def _due(self, task: dict[str, Any]) -> date:
+        # The flight id starts with its scheduled local date.
+        return date.fromisoformat(task["data"]["flight_id"][:10]) + timedelta(self.latency_days)
+
+    def _answer(self, task: dict[str, Any], today: date) -> dict[str, Any]:
+        """A Label Studio export item: the task with one annotation of its flight's outcome."""
+        task_id, flight_id = task["data"]["task_id"], task["data"]["flight_id"]
+        late = is_late(flight_id)
+        if _unit(f"noise:{self.seed}:{task_id}") < self.noise:
+            late = not late
+        at = (
+            pd.Timestamp(today) + pd.Timedelta(hours=9, seconds=_digest(task_id) % WORKDAY_SECONDS)
+        ).strftime("%Y-%m-%dT%H:%M:%SZ")
+        result = {"from_name": FROM_NAME, "to_name": TO_NAME, "type": "choices"}
+        result["value"] = {"choices": [LABEL_CHOICES[0] if late else LABEL_CHOICES[1]]}
+        annotation = {
+            "id": _digest(f"annotation:{task_id}"),
+            "result": [result],
+            "was_cancelled": False,
+            "created_at": at,
+            "updated_at": at,
+            "completed_by": 1,
+        }
+        return {
+            "id": _digest(f"task:{task_id}"),
+            "data": task["data"],
+            "meta": task.get("meta", {}),
+            "annotations": [annotation],
+        }
+
+
+def is_late(flight_id: str) -> bool:
+    """The held-back outcome of a flight: 15+ minutes late, cancelled or diverted."""
+    arr_delay = _arrival_delays(flight_id[:10]).get(flight_id)
+    if arr_delay is None:
+        raise KeyError(f"the source has no flight {flight_id!r}")
+    # No arrival delay means the flight never arrived (cancelled or diverted): not on time.
+    return arr_delay == "" or float(arr_delay) >= LATE_MINUTES
+
+
+@functools.cache
+def _arrival_delays(day: str) -> dict[str, str]:
+    """The source's arrival delay (text, empty if none) of each flight id of local date `day`."""
+    flights = nycflights.load().day("flights", day)
+    ids = day + "_" + flights["carrier"] + flights["flight"] + "_" + flights["origin"]
+    return dict(zip(ids, flights["arr_delay"], strict=True))
+
+
+def _digest(text: str) -> int:
+    """A stable positive integer below 2**48 (exact in JSON readers that use doubles)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:6], "big")
+
+
+def _unit(text: str) -> float:
+    """A stable number in [0, 1) drawn from `text`."""
+    return _digest(text) / 2**48

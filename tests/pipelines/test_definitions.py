@@ -1,0 +1,78 @@
+"""The code location loads, and one switch moves every resource from local to production."""
+
+from datetime import date
+
+import dagster as dg
+import duckdb
+import pytest
+
+from pipelines.definitions import build_definitions
+from pipelines.lib.landing_zone import LocalLandingZone, S3LandingZone
+from pipelines.resources import landing_zone
+from sim.replay import land_days
+from tests.pipelines.conftest import source_rows
+
+
+def test_definitions_load_with_every_stage_grouped(flywheel):
+    defs = flywheel.defs
+    graph = defs.resolve_asset_graph()
+    groups = {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
+    for feed in ("flights", "weather", "planes", "airports", "airlines"):
+        assert groups[f"raw_{feed}"] == "ingestion"
+    for model in (
+        "stg_landing__flights",
+        "int_flights_joined_to_origin_weather",
+        "fct_flight_features",
+    ):
+        assert groups[model] == "warehouse"
+    assert {j.name for j in defs.resolve_all_job_defs()} >= {
+        "daily_warehouse_job",
+        "reference_warehouse_job",
+    }
+    assert defs.resolve_sensor_def("landing_sensor") is not None
+    daily = graph.get(dg.AssetKey("fct_flight_features")).partitions_def
+    assert daily.get_first_partition_key() == "2013-01-01"
+    assert daily.get_last_partition_key() == "2013-12-31"
+    assert isinstance(defs.resources["landing_zone"], LocalLandingZone)
+
+
+def test_an_unknown_environment_is_refused(monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_ENV", "staging")
+    with pytest.raises(ValueError, match="FLYWHEEL_ENV='staging': expected one of local, prod"):
+        build_definitions()
+
+
+def test_prod_without_its_bucket_names_the_missing_variable(monkeypatch):
+    monkeypatch.delenv("FLYWHEEL_LANDING_BUCKET", raising=False)
+    with pytest.raises(RuntimeError, match="needs environment variable FLYWHEEL_LANDING_BUCKET"):
+        build_definitions(env="prod")
+
+
+def test_prod_reads_s3_and_builds_the_prod_dbt_target(flywheel, s3_env, monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_ENV", "prod")
+    monkeypatch.setenv("FLYWHEEL_LANDING_BUCKET", s3_env.bucket)
+    monkeypatch.setenv("FLYWHEEL_S3_ENDPOINT_URL", s3_env.endpoint_url)
+    zone = landing_zone()
+    assert isinstance(zone, S3LandingZone)
+    land_days(zone, [date(2013, 1, 2)])
+    defs = build_definitions()
+    assert defs.resources["dbt"].target == "prod"
+
+    sensor = defs.resolve_sensor_def("landing_sensor")
+    with dg.build_sensor_context(
+        instance=flywheel.instance, definitions=defs, resources=defs.resources
+    ) as context:
+        requests = sensor.evaluate_tick(context).run_requests
+    assert [(r.job_name, r.partition_key) for r in requests] == [
+        ("reference_warehouse_job", None),
+        ("daily_warehouse_job", "2013-01-02"),
+    ]
+    for request in requests:
+        defs.resolve_job_def(request.job_name).execute_in_process(
+            instance=flywheel.instance,
+            partition_key=request.partition_key,
+            asset_selection=request.asset_selection,
+        )
+    with duckdb.connect(str(flywheel.warehouse), read_only=True) as con:
+        (features,) = con.execute("select count(*) from fct_flight_features").fetchone()
+    assert features == source_rows("flights", "2013-01-02")

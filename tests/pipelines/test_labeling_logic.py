@@ -1,0 +1,276 @@
+"""The labeling protocol without Dagster: selection, Label Studio tasks, and reading exports."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipelines.labeling import (
+    ACCEPTED_COLUMNS,
+    REJECTED_COLUMNS,
+    batch_manifest,
+    label_studio_tasks,
+    parse_label_studio_export,
+    render_json,
+    select_for_labeling,
+)
+
+KEY = "inbox/2013-01-03/b1.json"
+
+
+def candidates(n: int = 40, scored: bool = True) -> pd.DataFrame:
+    """`n` flights with scores spread over [0, 1] and a few segments to flag."""
+    rng = np.random.default_rng(7)
+    return pd.DataFrame(
+        {
+            "flight_id": [f"2013-01-01_UA{1000 + i}_EWR" for i in range(n)],
+            "score": rng.uniform(0, 1, n) if scored else np.nan,
+            "route": [f"EWR-{'ORD' if i % 4 == 0 else 'IAH'}" for i in range(n)],
+            "carrier": ["UA"] * n,
+            "origin": ["EWR"] * n,
+            "scheduled_hour": [5 + i % 12 for i in range(n)],
+        }
+    )
+
+
+def test_budget_and_audit_share_are_exact_and_nothing_is_chosen_twice():
+    chosen = select_for_labeling(candidates(), budget=10, audit_share=0.3, seed=1)
+    assert len(chosen) == 10
+    assert (chosen["reason"] == "audit").sum() == 3
+    assert chosen["flight_id"].is_unique
+    assert chosen["priority"].tolist() == list(range(1, 11))
+    assert len(select_for_labeling(candidates(5), budget=10, audit_share=0.5, seed=1)) == 5
+    assert select_for_labeling(candidates(), budget=0, audit_share=0.5, seed=1).empty
+
+
+def test_without_any_score_the_choice_is_uniformly_random_and_seeded():
+    pool = candidates(scored=False)
+    chosen = select_for_labeling(pool, budget=8, audit_share=0.25, seed=3)
+    assert set(chosen["reason"]) == {"random"} and len(chosen) == 8
+    again = select_for_labeling(pool.sample(frac=1, random_state=0), 8, 0.25, seed=3)
+    pd.testing.assert_frame_equal(chosen, again)
+    other = select_for_labeling(pool, budget=8, audit_share=0.25, seed=4)
+    assert set(other["flight_id"]) != set(chosen["flight_id"])
+
+
+def test_uncertainty_picks_the_scores_closest_to_one_half_ties_by_flight_id():
+    pool = candidates(6).assign(score=[0.9, 0.45, 0.55, 0.1, 0.5, 0.7])
+    chosen = select_for_labeling(pool, budget=4, audit_share=0.0, seed=0)
+    assert chosen["reason"].tolist() == ["uncertainty"] * 4
+    # 0.5 first; 0.45 and 0.55 tie on |score - 0.5|, so the smaller flight_id (UA1001) goes first
+    assert chosen["score"].tolist() == [0.5, 0.45, 0.55, 0.7]
+
+
+def test_drift_segments_come_first_and_take_at_most_half_of_the_remaining_budget():
+    pool = candidates(40)
+    flagged = pd.DataFrame(
+        {"segment_type": ["route", "origin_hour"], "segment_value": ["EWR-ORD", "EWR-6"]}
+    )
+    in_segment = (pool["route"] == "EWR-ORD") | (pool["scheduled_hour"] == 6)
+    chosen = select_for_labeling(
+        pool, budget=12, audit_share=0.25, seed=2, flagged_segments=flagged
+    )
+    drift = chosen[chosen["reason"] == "drift_segment"]
+    assert len(drift) == (12 - 3) // 2
+    assert set(drift["flight_id"]) <= set(pool.loc[in_segment, "flight_id"])
+    audited = set(chosen.loc[chosen["reason"] == "audit", "flight_id"])
+    untaken = pool[in_segment & ~pool["flight_id"].isin(audited)]
+    expected = untaken.assign(m=(untaken["score"] - 0.5).abs()).sort_values("m")["flight_id"]
+    assert drift["flight_id"].tolist() == expected.head(4).tolist()
+    assert chosen["reason"].tolist() == ["audit"] * 3 + ["drift_segment"] * 4 + ["uncertainty"] * 5
+
+
+def test_the_choice_is_deterministic_for_a_seed():
+    pool = candidates()
+    first = select_for_labeling(pool, budget=10, audit_share=0.5, seed=11)
+    pd.testing.assert_frame_equal(first, select_for_labeling(pool, 10, 0.5, seed=11))
+    assert set(first["flight_id"]) != set(select_for_labeling(pool, 10, 0.5, seed=12)["flight_id"])
+
+
+@pytest.mark.parametrize(
+    ("budget", "share", "message"),
+    [(-1, 0.1, "budget must be >= 0"), (5, 1.5, "audit_share"), (5, -0.1, "audit_share")],
+)
+def test_invalid_arguments_are_refused(budget, share, message):
+    with pytest.raises(ValueError, match=message):
+        select_for_labeling(candidates(), budget=budget, audit_share=share, seed=0)
+
+
+def test_duplicate_candidates_and_unknown_segment_types_are_refused():
+    pool = candidates(4)
+    with pytest.raises(ValueError, match="each flight_id once"):
+        select_for_labeling(pd.concat([pool, pool]), budget=2, audit_share=0, seed=0)
+    flagged = pd.DataFrame({"segment_type": ["tail"], "segment_value": ["N1"]})
+    with pytest.raises(ValueError, match="unknown segment types"):
+        select_for_labeling(pool, budget=2, audit_share=0, seed=0, flagged_segments=flagged)
+
+
+def test_tasks_carry_a_prediction_only_when_scored_and_the_manifest_hashes_the_bytes():
+    chosen = candidates(2).assign(
+        score=[0.2, np.nan],
+        reason=["uncertainty", "audit"],
+        priority=[1, 2],
+        scheduled_departure_at=pd.Timestamp("2013-01-01 10:15"),
+        distance=[np.int64(1400), np.nan],
+    )
+    tasks = label_studio_tasks(chosen, "b1", "v3")
+    scored, unscored = tasks
+    assert scored["data"]["task_id"] == "T-2013-01-01_UA1000_EWR"
+    assert scored["data"]["scheduled_departure_at"] == "2013-01-01T10:15:00"
+    assert scored["data"]["distance"] == 1400 and "distance" not in unscored["data"]
+    assert "score" not in scored["data"] and "reason" not in scored["data"]
+    assert scored["meta"] == {"batch_id": "b1", "reason": "uncertainty", "priority": 1}
+    (prediction,) = scored["predictions"]
+    assert prediction["model_version"] == "v3" and prediction["score"] == pytest.approx(0.8)
+    assert prediction["result"][0]["value"] == {"choices": ["on_time"]}
+    assert unscored["predictions"] == []
+    data = render_json(tasks)
+    assert data.endswith(b"\n") and json.loads(data) == tasks
+    manifest = batch_manifest("b1", tasks, "2013-01-02T00:00:00Z")
+    assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
+    assert manifest["task_count"] == 2 and manifest["reasons"] == {"audit": 1, "uncertainty": 1}
+
+
+def annotation(ann_id: int, label: str = "late", updated_at: str = "2013-01-03T09:00:00Z", **extra):
+    """A Label Studio annotation choosing `label`."""
+    result = {"from_name": "is_late", "to_name": "flight", "type": "choices"}
+    return {
+        "id": ann_id,
+        "result": [{**result, "value": {"choices": [label]}}],
+        "was_cancelled": False,
+        "created_at": updated_at,
+        "updated_at": updated_at,
+        "completed_by": 1,
+        **extra,
+    }
+
+
+def item(flight: str, *annotations: dict, flight_id: str | None = None) -> dict:
+    """A Label Studio export item of the task of `flight`."""
+    data = {"task_id": f"T-{flight}", "flight_id": flight_id or flight, "distance": 1400}
+    return {"id": 1, "data": data, "annotations": list(annotations)}
+
+
+A, B, C = "2013-01-01_UA1545_EWR", "2013-01-01_AA1141_JFK", "2013-01-01_B6725_JFK"
+AWAITING = {f"T-{f}": f for f in (A, B, C)}
+
+
+def parse(items, already: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    data = render_json(items) if isinstance(items, list) else items
+    accepted, rejected = parse_label_studio_export(KEY, data, AWAITING, already or {})
+    assert list(accepted.columns) == list(ACCEPTED_COLUMNS)
+    assert list(rejected.columns) == list(REJECTED_COLUMNS)
+    return accepted, rejected
+
+
+def test_a_valid_export_is_accepted_with_its_known_at():
+    accepted, rejected = parse(
+        [
+            item(A, annotation(7, "late", "2013-01-03T09:30:00+01:00")),
+            item(B, annotation(8, "on_time")),
+        ]
+    )
+    assert rejected.empty
+    assert accepted.to_dict("records") == [
+        {
+            "task_id": f"T-{A}",
+            "flight_id": A,
+            "is_late": True,
+            "known_at": pd.Timestamp("2013-01-03 08:30:00"),
+            "annotation_id": 7,
+            "source_file": KEY,
+        },
+        {
+            "task_id": f"T-{B}",
+            "flight_id": B,
+            "is_late": False,
+            "known_at": pd.Timestamp("2013-01-03 09:00:00"),
+            "annotation_id": 8,
+            "source_file": KEY,
+        },
+    ]
+    assert accepted["known_at"].dt.tz is None
+
+
+@pytest.mark.parametrize(
+    ("data", "position"),
+    [
+        (b'[{"id": 1,\n  "data": {"task_id": "T-x"}', "line 2 column"),
+        (b"", "line 1 column 1"),
+        (b'{"id": 1}', "not a JSON list"),
+        (b"\xff\xfe[]", "not UTF-8 at byte 0"),
+    ],
+)
+def test_a_file_that_is_not_a_json_list_is_one_rejected_row(data, position):
+    accepted, rejected = parse(data)
+    assert accepted.empty
+    (row,) = rejected.to_dict("records")
+    assert position in row["reason"] and row["source_file"] == KEY
+    assert pd.isna(row["item"]) and row["task_id"] is None
+
+
+def test_unknown_tasks_wrong_flights_and_labels_outside_the_set_are_rejected():
+    bad_result = annotation(3)
+    bad_result["result"][0]["value"]["choices"] = ["maybe"]
+    items = [
+        {"id": 1, "data": {"flight_id": A}, "annotations": [annotation(1)]},
+        item("2013-01-09_XX1_LGA", annotation(2)),
+        item(A, bad_result),
+        item(B, annotation(4), flight_id=C),
+        item(C, annotation(5, "late", "yesterday")),
+    ]
+    accepted, rejected = parse(items)
+    assert accepted.empty
+    reasons = rejected["reason"].tolist()
+    assert reasons[0] == "unknown task: the item has no data.task_id"
+    assert reasons[1] == "unknown task 'T-2013-01-09_XX1_LGA'"
+    assert reasons[2] == "label 'maybe' not in ('late', 'on_time')"
+    assert reasons[3].startswith(f"flight_id '{C}' is not the task's flight")
+    assert reasons[4] == "updated_at 'yesterday' is not an ISO timestamp"
+    assert rejected["item"].tolist() == [0, 1, 2, 3, 4]
+    assert json.loads(rejected["record"][2]) == bad_result
+
+
+def test_several_annotations_resolve_to_the_latest_update_then_the_highest_id():
+    late = annotation(5, "on_time", "2013-01-03T12:00:00Z")
+    tie_low, tie_high = (annotation(i, "late", "2013-01-03T15:00:00Z") for i in (8, 9))
+    accepted, rejected = parse([item(A, late, tie_high, tie_low)])
+    assert accepted[["annotation_id", "is_late"]].values.tolist() == [[9, True]]
+    assert sorted(rejected["reason"]) == ["superseded by annotation 9"] * 2
+    assert sorted(json.loads(r)["id"] for r in rejected["record"]) == [5, 8]
+
+
+def test_a_task_is_labelled_once_whether_earlier_or_in_the_same_file():
+    already = {f"T-{A}": "annotation 3 in inbox/2013-01-02/b0.json"}
+    accepted, rejected = parse(
+        [item(A, annotation(1)), item(B, annotation(2)), item(B, annotation(4))], already
+    )
+    assert accepted["task_id"].tolist() == [f"T-{B}"]
+    assert rejected["reason"].tolist() == [
+        "task already labelled (annotation 3 in inbox/2013-01-02/b0.json)",
+        f"task already labelled (annotation 2 in item 1 of {KEY})",
+    ]
+
+
+def test_cancelled_annotations_are_rejected_and_the_valid_one_kept():
+    accepted, rejected = parse(
+        [item(A, annotation(1, was_cancelled=True), annotation(2, "on_time"))]
+    )
+    assert accepted["annotation_id"].tolist() == [2]
+    assert rejected[["item", "reason"]].values.tolist() == [[0, "annotation cancelled"]]
+
+
+def test_nothing_valid_is_lost_every_annotation_is_accepted_or_rejected():
+    items = [
+        item(A, annotation(1), annotation(2, "late", "2013-01-03T10:00:00Z")),
+        item(B, annotation(3, was_cancelled=True)),
+        item(C, annotation(4, "on_time"), annotation(5, "sometimes")),
+    ]
+    accepted, rejected = parse(items)
+    assert len(accepted) + len(rejected) == 5
+    assert accepted["annotation_id"].tolist() == [2, 4]
+    assert set(rejected["task_id"]) == {f"T-{A}", f"T-{B}", f"T-{C}"}

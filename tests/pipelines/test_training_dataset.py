@@ -1,0 +1,142 @@
+"""training_dataset: time-split Parquet snapshots, versioned by DVC, reproducible from a clone."""
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipelines.definitions import build_definitions
+from pipelines.lib.datasets import DvcDatasetStore, dvc_executable
+
+
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def dvc_repo(tmp_path, monkeypatch) -> Path:
+    """A git checkout whose `data/` is a DVC repository, as in this project."""
+    repo = tmp_path / "checkout"
+    (repo / "data").mkdir(parents=True)
+    git("init", "-q", cwd=repo)
+    git("config", "user.email", "test@example.com", cwd=repo)
+    git("config", "user.name", "test", cwd=repo)
+    subprocess.run([dvc_executable(), "init", "--subdir", "-q"], cwd=repo / "data", check=True)
+    subprocess.run(
+        [dvc_executable(), "config", "core.analytics", "false"], cwd=repo / "data", check=True
+    )
+    monkeypatch.setenv("FLYWHEEL_DVC_REPO", str(repo / "data"))
+    return repo
+
+
+def write_examples(warehouse: Path, days: int, seed: int = 0) -> pd.DataFrame:
+    """A labelled-examples mart of `days` days, 40 flights a day."""
+    rng = np.random.default_rng(seed)
+    dates = pd.date_range("2013-03-01", periods=days, freq="D").date
+    frame = pd.DataFrame(
+        {
+            "flight_id": [f"{d}_AA{i}_JFK" for d in dates for i in range(40)],
+            "flight_date": np.repeat(dates, 40),
+            "carrier": "AA",
+            "distance": rng.integers(100, 3000, days * 40).astype(float),
+            "is_late": rng.random(days * 40) < 0.25,
+        }
+    )
+    warehouse.parent.mkdir(parents=True, exist_ok=True)
+    with duckdb.connect(str(warehouse)) as con:
+        con.register("frame", frame)
+        con.execute("create or replace table fct_labelled_flights as select * from frame")
+    return frame
+
+
+def materialize(flywheel) -> dg.MaterializeResult:
+    defs = build_definitions(env="local")
+    result = defs.resolve_job_def("__ASSET_JOB").execute_in_process(
+        instance=flywheel.instance, asset_selection=[dg.AssetKey("training_dataset")]
+    )
+    return result.asset_materializations_for_node("training_dataset")[0]
+
+
+def remote_objects(remote: Path) -> set[Path]:
+    return {p for p in remote.rglob("*") if p.is_file()}
+
+
+def test_splits_by_time_and_versions_deterministically(flywheel, dvc_repo):
+    write_examples(flywheel.warehouse, days=20)
+    first = materialize(flywheel)
+    meta = first.metadata
+    folder = Path(meta["path"].value)
+    splits = {s: pd.read_parquet(folder / f"{s}.parquet") for s in ("train", "validation", "test")}
+    assert [len(splits[s]) for s in ("train", "validation", "test")] == [6 * 40, 7 * 40, 7 * 40]
+    assert splits["train"].flight_date.max() < splits["validation"].flight_date.min()
+    assert splits["validation"].flight_date.max() < splits["test"].flight_date.min()
+    assert meta["dvc_hash"].value.endswith(".dir")
+    assert first.tags["dagster/data_version"] == meta["dvc_hash"].value
+    remote = flywheel.home / "dvc-remote"
+    objects = remote_objects(remote)
+    assert objects
+
+    again = materialize(flywheel)
+    assert again.metadata["dvc_hash"].value == meta["dvc_hash"].value
+    assert remote_objects(remote) == objects  # unchanged inputs: no new DVC object
+
+    write_examples(flywheel.warehouse, days=21)
+    assert materialize(flywheel).metadata["dvc_hash"].value != meta["dvc_hash"].value
+
+
+def test_too_few_labelled_days_is_a_clear_error(flywheel, dvc_repo):
+    write_examples(flywheel.warehouse, days=10)
+    defs = build_definitions(env="local")
+    result = defs.resolve_job_def("__ASSET_JOB").execute_in_process(
+        instance=flywheel.instance,
+        asset_selection=[dg.AssetKey("training_dataset")],
+        raise_on_error=False,
+    )
+    assert not result.success
+    error = result.get_step_failure_events()[0].event_specific_data.error
+    assert "10 labelled days cannot be split" in str(error.cause.message)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_fresh_clone_pulls_the_exact_files(flywheel, dvc_repo, tmp_path):
+    write_examples(flywheel.warehouse, days=20)
+    meta = materialize(flywheel).metadata
+    folder = Path(meta["path"].value)
+    expected = {p.name: sha256(p) for p in folder.glob("*.parquet")}
+    git("add", "-A", cwd=dvc_repo)
+    git("commit", "-qm", "dataset", cwd=dvc_repo)
+
+    clone = tmp_path / "clone"
+    git("clone", "-q", str(dvc_repo), str(clone), cwd=tmp_path)
+    assert not (clone / "data" / "datasets" / "flights").exists()
+    store = DvcDatasetStore(
+        repo_dir=str(clone / "data"), remote_url=str(flywheel.home / "dvc-remote")
+    )
+    pulled = store.pull("flights")
+    assert {p.name: sha256(p) for p in pulled.glob("*.parquet")} == expected
+
+
+def test_push_and_pull_through_an_s3_remote(dvc_repo, s3_env, tmp_path):
+    frame = pd.DataFrame({"flight_id": ["a", "b"], "is_late": [True, False]})
+    remote = f"s3://{s3_env.bucket}/dvc"
+    store = DvcDatasetStore(
+        repo_dir=str(dvc_repo / "data"), remote_url=remote, endpoint_url=s3_env.endpoint_url
+    )
+    version = store.save("flights", {"train": frame})
+    expected = sha256(version.files["train"])
+    git("add", "-A", cwd=dvc_repo)
+    git("commit", "-qm", "dataset", cwd=dvc_repo)
+    clone = tmp_path / "s3-clone"
+    git("clone", "-q", str(dvc_repo), str(clone), cwd=tmp_path)
+    pulled = DvcDatasetStore(
+        repo_dir=str(clone / "data"), remote_url=remote, endpoint_url=s3_env.endpoint_url
+    ).pull("flights")
+    assert sha256(pulled / "train.parquet") == expected
