@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DAYS ?= 14
+DAYS ?= 21
 START ?= 2013-01-01
 
 export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel

@@ -14,6 +14,7 @@ import pandas as pd
 from mlflow.models import ModelSignature, infer_signature
 from mlflow.models.model import ModelInfo
 from mlflow.pyfunc import PythonModel, PythonModelContext
+from mlflow.types import ColSpec, Schema
 
 from ml.config import FeatureConfig
 from ml.inference import Predictor, load_predictor
@@ -22,6 +23,8 @@ CHECKPOINT_ARTIFACT = "checkpoint"
 # The packages ml.inference imports; pinned to this environment so the model loads identically.
 RUNTIME_PACKAGES = ("torch", "lightning", "torchmetrics", "numpy", "pandas", "pyarrow")
 ML_PACKAGE = Path(__file__).resolve().parent
+# Logged as code rather than pickled: loading executes this file with the shipped ml package.
+MODEL_CODE = ML_PACKAGE / "pyfunc_model.py"
 
 
 class CheckpointModel(PythonModel):
@@ -56,12 +59,17 @@ def model_signature(
 ) -> tuple[ModelSignature, pd.DataFrame]:
     """Infer the signature from ``example`` (model input columns) and its predictions."""
     predictions = load_predictor(checkpoint_path).predict_proba(example)
-    return infer_signature(example, predictions), example
+    inferred = infer_signature(example, predictions)
+    # Every feature column must be present, even one the example happens to have nulls in:
+    # missing values are the preprocessor's business, missing columns are an error.
+    inputs = Schema([ColSpec(c.type, c.name, required=True) for c in inferred.inputs.inputs])
+    return ModelSignature(inputs, inferred.outputs), example
 
 
 def requirements() -> list[str]:
     """Return the pinned pip requirements of the model's runtime."""
-    return [f"{package}=={version(package)}" for package in RUNTIME_PACKAGES]
+    # Local version labels (torch's "+cpu") name a build, not a release an index serves.
+    return [f"{package}=={version(package).split('+')[0]}" for package in RUNTIME_PACKAGES]
 
 
 def log_model(
@@ -83,7 +91,7 @@ def log_model(
     signature, example = model_signature(checkpoint_path, example)
     return mlflow.pyfunc.log_model(
         name=name,
-        python_model=CheckpointModel(),
+        python_model=str(MODEL_CODE),
         artifacts={CHECKPOINT_ARTIFACT: str(checkpoint_path)},
         code_paths=[str(ML_PACKAGE)],
         signature=signature,

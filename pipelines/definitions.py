@@ -11,6 +11,7 @@ from pipelines.defs.datasets.assets import build_dataset_assets
 from pipelines.defs.ingestion.assets import build_ingestion_assets
 from pipelines.defs.ingestion.sensors import build_landing_sensor
 from pipelines.defs.labeling.assets import build_labeling_assets
+from pipelines.defs.labeling.triggers import build_labeling_triggers
 from pipelines.defs.warehouse.assets import build_dbt_assets
 from pipelines.lib.partitions import daily_partitions
 from pipelines.resources import build_resources
@@ -22,7 +23,7 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
     ingestion = {a.key.path[-1]: a for a in build_ingestion_assets(task)}
     daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]
     reference_raw = [ingestion[f.asset_name] for f in task.reference_feeds]
-    daily_dbt, reference_dbt = build_dbt_assets(task)
+    daily_dbt, reference_dbt, training_dbt = build_dbt_assets(task)
 
     daily_job = dg.define_asset_job(
         "daily_warehouse_job",
@@ -44,10 +45,37 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
     )
     label_tasks, labels = build_labeling_assets(task)
     datasets = build_dataset_assets(task)
+    label_export_job = dg.define_asset_job(
+        "label_export_job",
+        selection=dg.AssetSelection.assets(label_tasks),
+        partitions_def=daily_partitions(task),
+        description="Choose a landing day's flights to label and export them to the outbox.",
+    )
+    label_import_job = dg.define_asset_job(
+        "label_import_job",
+        selection=dg.AssetSelection.assets(labels),
+        partitions_def=daily_partitions(task),
+        description="Import the labels delivered to the inbox on a day.",
+    )
+    export_schedule, inbox_sensor = build_labeling_triggers(label_export_job, label_import_job)
+    dataset_job = dg.define_asset_job(
+        "dataset_job",
+        selection=dg.AssetSelection.assets(training_dbt, *datasets),
+        description="Rebuild the labelled-examples mart and cut a new versioned dataset.",
+    )
     return dg.Definitions(
-        assets=[*ingestion.values(), daily_dbt, reference_dbt, label_tasks, labels, *datasets],
-        jobs=[daily_job, reference_job],
-        sensors=[landing_sensor],
+        assets=[
+            *ingestion.values(),
+            daily_dbt,
+            reference_dbt,
+            training_dbt,
+            label_tasks,
+            labels,
+            *datasets,
+        ],
+        jobs=[daily_job, reference_job, label_export_job, label_import_job, dataset_job],
+        schedules=[export_schedule],
+        sensors=[landing_sensor, inbox_sensor],
         resources=build_resources(env),
     )
 

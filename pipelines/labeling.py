@@ -119,7 +119,7 @@ def _in_flagged(rows: pd.DataFrame, flagged: pd.DataFrame | None) -> np.ndarray:
 def label_studio_tasks(
     chosen: pd.DataFrame, batch_id: str, model_version: str | None
 ) -> list[dict[str, Any]]:
-    """Label Studio import tasks for the chosen flights, with the model's guess as a prediction."""
+    """Label Studio import tasks for selected rows, with the model's guess as a prediction."""
     tasks = []
     for row in chosen.to_dict("records"):
         data = {"task_id": f"T-{row['flight_id']}", "flight_id": row["flight_id"]}
@@ -149,7 +149,7 @@ def _prediction(row: Mapping[str, Any], model_version: str | None) -> list[dict[
 
 def _json_safe(value: Any) -> Any:
     """A JSON value for one cell; None for a missing one."""
-    if value is None or (not isinstance(value, str | bytes) and pd.isna(value)):
+    if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)):
         return None
     if isinstance(value, pd.Timestamp | datetime | date):
         return value.isoformat()
@@ -186,20 +186,12 @@ def parse_label_studio_export(
     `already_labelled` maps a labelled task_id to where its label came from. Never raises on bad
     content: a file that is not a JSON list becomes one rejected row with `item` null.
     """
-    accepted: list[dict[str, Any]] = []
-    rejected: list[dict[str, Any]] = []
-    try:
-        items = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        items, problem = None, f"not UTF-8 at byte {e.start}"
-    except json.JSONDecodeError as e:
-        items, problem = None, f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"
-    else:
-        problem = None if isinstance(items, list) else f"not a JSON list: {type(items).__name__}"
+    items, problem = _load_items(data)
     if problem is not None:
         record = data[:2000].decode("utf-8", errors="replace")
-        rejected.append(_rejection(key, None, None, problem, record))
-        return _frames(accepted, rejected)
+        return _frames([], [_rejection(key, None, None, problem, record)])
+    accepted: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
     labelled_here: dict[str, str] = {}
     for index, item in enumerate(items):
         task_id, problem = _check_item(item, awaiting, already_labelled, labelled_here)
@@ -223,6 +215,19 @@ def parse_label_studio_export(
                 }
             )
     return _frames(accepted, rejected)
+
+
+def _load_items(data: bytes) -> tuple[list[Any], str | None]:
+    """The items of an export file, or why the whole file is unreadable and where."""
+    try:
+        items = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return [], f"not UTF-8 at byte {e.start}"
+    except json.JSONDecodeError as e:
+        return [], f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"
+    if not isinstance(items, list):
+        return [], f"not a JSON list of tasks but a JSON {type(items).__name__}"
+    return items, None
 
 
 def _check_item(

@@ -10,7 +10,7 @@ from datetime import date, timedelta
 from tqdm import tqdm
 
 from pipelines.contracts import load_task
-from pipelines.resources import ENVIRONMENTS, flywheel_home, landing_zone
+from pipelines.resources import ENVIRONMENTS, flywheel_home, label_store, landing_zone
 from sim.clock import read_clock, write_clock
 from sim.replay import day_bounds, land_days
 
@@ -96,31 +96,48 @@ def advance(days: int, start: date | None = None, env: str | None = None) -> int
 
 
 def run(days: int, start: date | None = None) -> int:
-    """The main job: each day, land its files and run what the landing sensor requests."""
+    """The main job: each day, land it, ingest it, label it; then cut a versioned dataset."""
     import dagster as dg
 
     from pipelines.definitions import defs
-    from sim.driver import SensorTicker, run_days, warehouse_summary
+    from pipelines.defs.datasets.assets import DatasetConfig
+    from sim.driver import FlywheelDriver, warehouse_summary
+    from sim.labeling import LabelingService
 
     span = _span(days, start)
     if not span:
         return 0
-    began = time.monotonic()
+    began, home, zone = time.monotonic(), flywheel_home(), landing_zone()
+    annotators = LabelingService(label_store(), latency_days=1)
+
+    def land(day: date) -> None:
+        land_days(zone, [day])
+        write_clock(home, max(read_clock(home) or day, day))
+
     with dg.DagsterInstance.get() as instance:
-        ticker = SensorTicker(defs, instance, "landing_sensor", flywheel_home() / "sim")
-        zone = landing_zone()
-
-        def land(day: date) -> None:
-            land_days(zone, [day])
-            write_clock(flywheel_home(), max(read_clock(flywheel_home()) or day, day))
-
-        def report(day: date, tick) -> None:
+        driver = FlywheelDriver(defs, instance, home / "sim", land, annotators.deliver)
+        for day in span:
+            tick = driver.day(day)
             runs = ", ".join(f"{job}[{part or '-'}] {s:.0f}s" for job, part, s in tick.runs)
-            print(f"{day}: {len(tick.runs)} runs ({runs or 'none'})", flush=True)
-
-        run_days(span, land, ticker, report)
-    summary = ", ".join(f"{k} {v:,}" for k, v in warehouse_summary(defs).items())
-    print(f"ran {len(span)} days in {time.monotonic() - began:.0f}s: {summary}")
+            print(f"{day}: {len(tick.runs)} runs ({runs})", flush=True)
+        summary = ", ".join(f"{k} {v:,}" for k, v in warehouse_summary(defs).items())
+        print(f"ran {len(span)} days in {time.monotonic() - began:.0f}s: {summary}")
+        labelled_days = int(
+            defs.resources["warehouse"]
+            .query(
+                "select count(distinct f.flight_date) n from fct_flight_features f "
+                "join stg_labels__flight_labels l on l.flight_id = f.flight_id"
+            )
+            .n[0]
+        )
+        held_out = DatasetConfig().validation_days + DatasetConfig().test_days
+        if labelled_days > held_out:
+            print(f"training dataset: {driver.dataset()}")
+        else:
+            print(
+                f"no training dataset yet: {labelled_days} labelled days, it needs more than "
+                f"{held_out} (validation + test); run more days"
+            )
     print("see the runs and assets: make dev (Dagster UI at http://127.0.0.1:3000)")
     return 0
 

@@ -9,8 +9,9 @@ server comes from `MLFLOW_TRACKING_URI` and the studies from an RDB URL
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
@@ -63,7 +64,7 @@ class MlflowTracker(dg.ConfigurableResource):
             yield run
 
     def log_metrics(
-        self, run_id: str, metrics: dict[str, float], history: list[dict[str, float]] = ()
+        self, run_id: str, metrics: dict[str, float], history: Sequence[dict[str, float]] = ()
     ) -> None:
         """Log final metrics, and per-epoch records (each with an "epoch") as metric steps."""
         entries = [Metric(k, float(v), _now_ms(), 0) for k, v in metrics.items()]
@@ -170,13 +171,13 @@ class TuningStorage(dg.ConfigurableResource):
 
 
 def tuning_storage(env: str, home: Path) -> TuningStorage:
-    """Study storage of `env`: journal files under `home/optuna`, `FLYWHEEL_OPTUNA_STORAGE` in prod."""
+    """Study storage of `env`: journals under `home/optuna`, `FLYWHEEL_OPTUNA_STORAGE` in prod."""
     if env == "local":
         return TuningStorage(location=str(home / "optuna"))
     return TuningStorage(location=dg.EnvVar("FLYWHEEL_OPTUNA_STORAGE"))
 
 
-def _epoch_metrics(history: list[dict[str, float]], timestamp: int) -> list[Metric]:
+def _epoch_metrics(history: Sequence[dict[str, float]], timestamp: int) -> list[Metric]:
     return [
         Metric(k, float(v), timestamp, int(record["epoch"]))
         for record in history
@@ -185,7 +186,7 @@ def _epoch_metrics(history: list[dict[str, float]], timestamp: int) -> list[Metr
     ]
 
 
-def _ms(moment) -> int | None:
+def _ms(moment: datetime | None) -> int | None:
     return int(moment.timestamp() * 1000) if moment is not None else None
 
 

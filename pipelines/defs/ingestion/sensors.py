@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from pipelines.contracts import DAILY_KEY, REFERENCE_KEY, TaskSpec
-from pipelines.lib.landing_zone import LandingZone
+from pipelines.lib.landing_zone import LandingFile, LandingZone
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
     from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -32,15 +32,10 @@ def build_landing_sensor(
         description="Requests ingestion and warehouse runs for new or replaced landing files.",
     )
     def landing_sensor(context: dg.SensorEvaluationContext, landing_zone: LandingZone):
-        # The cursor maps every file seen to its version: a replaced file (new version) is
-        # ingested again, an unchanged one never twice, and nothing is skipped by listing order.
-        seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
         changed_days: dict[str, list[tuple[str, str]]] = defaultdict(list)
         changed_reference: list[tuple[str, str]] = []
-        files = landing_zone.list_files()
-        for f in files:
-            if seen.get(f.key) == f.version:
-                continue
+        changed, cursor = changed_files(landing_zone.list_files(), context.cursor)
+        for f in changed:
             match = task.match_key(f.key)
             if match is None:
                 context.log.warning(
@@ -59,9 +54,18 @@ def build_landing_sensor(
             yield _request(reference_job.name, None, changed_reference, reference_downstream)
         for day in sorted(changed_days):
             yield _request(daily_job.name, day, changed_days[day], daily_downstream)
-        context.update_cursor(json.dumps({f.key: f.version for f in files}, sort_keys=True))
+        context.update_cursor(cursor)
 
     return landing_sensor
+
+
+def changed_files(files: list[LandingFile], cursor: str | None) -> tuple[list[LandingFile], str]:
+    """The files new or replaced since `cursor`, and the cursor that marks them seen."""
+    # The cursor maps every file seen to its version: a replaced file (new version) is taken
+    # again, an unchanged one never twice, and nothing is skipped whatever the listing order.
+    seen: dict[str, str] = json.loads(cursor) if cursor else {}
+    changed = [f for f in files if seen.get(f.key) != f.version]
+    return changed, json.dumps({f.key: f.version for f in files}, sort_keys=True)
 
 
 def _request(

@@ -1,13 +1,12 @@
 """The challenger model: tuned with Optuna, tracked and registered in MLflow."""
 
-from __future__ import annotations
-
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 import pandas as pd
+import pyarrow.parquet as pq
 
 from ml.challenger import Challenger, fit_challenger
 from ml.config import ModelConfig, TrainConfig, TuneConfig
@@ -72,7 +71,7 @@ def ml_configs(
 
 def results_metadata(
     challenger: Challenger, registered: str, version: int, run_id: str, run_url: str | None
-) -> dict[str, dg.RawMetadataValue]:
+) -> dict[str, object]:
     """Materialization metadata: the challenger beside the baselines, and where it is tracked."""
     rows = [{"model": f"challenger ({challenger.model_config.arch})", **challenger.metrics}]
     rows += [{"model": name, **scores} for name, scores in challenger.baselines.items()]
@@ -116,6 +115,7 @@ def build_training_assets(task_name: str) -> list[dg.AssetsDefinition]:
     ) -> dg.MaterializeResult:
         """Tune, refit and register a challenger model on the latest training dataset."""
         dataset = latest_dataset(context.instance)
+        # One study per dataset version: a retried run resumes it, a larger n_trials extends it.
         study = f"{task_name}-{dataset.dvc_hash[:12]}"
         tune_config, train_config = ml_configs(config, study, tuning_storage)
         datamodule = TabularDataModule(
@@ -158,7 +158,9 @@ def log_challenger(
     # definitions does not need.
     from ml.pyfunc import log_model
 
-    tracker.log_params(run_id, challenger.tuning.best_params)
+    fit = challenger.train_config
+    settings = {"max_epochs": fit.max_epochs, "batch_size": fit.batch_size, "seed": fit.seed}
+    tracker.log_params(run_id, challenger.tuning.best_params | settings)
     baselines = {
         f"baseline/{name}/{metric}": value
         for name, scores in challenger.baselines.items()
@@ -172,6 +174,6 @@ def log_challenger(
         for record in challenger.fit.history
     ]
     tracker.log_metrics(run_id, val | baselines | tuning, curve)
-    examples = pd.read_parquet(dataset.split("validation")).head(5)
+    examples = next(pq.ParquetFile(dataset.split("validation")).iter_batches(5)).to_pandas()
     info = log_model(challenger.checkpoint, examples, registered)
     return int(info.registered_model_version)

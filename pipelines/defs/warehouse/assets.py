@@ -11,12 +11,15 @@ from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL
 
 DAILY_SELECT = "tag:daily"
+TRAINING_SELECT = "tag:training"
 # dbt unit tests check model logic, not data: CI runs them once (tests/dbt), not every partition.
 BUILD = ["build", "--exclude-resource-type", "unit_test"]
 
 
-def build_dbt_assets(task: TaskSpec) -> tuple[dg.AssetsDefinition, dg.AssetsDefinition]:
-    """The daily-partitioned dbt models and the unpartitioned ones (reference data, labels)."""
+def build_dbt_assets(
+    task: TaskSpec,
+) -> tuple[dg.AssetsDefinition, dg.AssetsDefinition, dg.AssetsDefinition]:
+    """The daily-partitioned models, those over reference data and labels, and training marts."""
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
@@ -38,7 +41,7 @@ def build_dbt_assets(task: TaskSpec) -> tuple[dg.AssetsDefinition, dg.AssetsDefi
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
-        exclude=DAILY_SELECT,
+        exclude=f"{DAILY_SELECT} {TRAINING_SELECT}",
         name="reference_dbt_models",
         dagster_dbt_translator=FlywheelDbtTranslator(),
         pool=WAREHOUSE_POOL,
@@ -47,4 +50,15 @@ def build_dbt_assets(task: TaskSpec) -> tuple[dg.AssetsDefinition, dg.AssetsDefi
         """Build and test the models over reference data and labels."""
         yield from dbt.cli(BUILD, context=context).stream()
 
-    return daily_dbt_models, reference_dbt_models
+    @dbt_assets(
+        manifest=dbt_project.manifest_path,
+        select=TRAINING_SELECT,
+        name="training_dbt_models",
+        dagster_dbt_translator=FlywheelDbtTranslator(),
+        pool=WAREHOUSE_POOL,
+    )
+    def training_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
+        """Build and test the marts that training datasets are cut from (all labelled days)."""
+        yield from dbt.cli(BUILD, context=context).stream()
+
+    return daily_dbt_models, reference_dbt_models, training_dbt_models

@@ -1,0 +1,166 @@
+"""challenger_model tunes on the latest dataset, tracks trials in MLflow and registers a model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from optuna.distributions import FloatDistribution
+from optuna.trial import create_trial
+
+from ml.synthetic import make_flights
+from pipelines.defs.training.assets import build_training_assets
+from pipelines.lib.tracking import (
+    MlflowTracker,
+    TuningStorage,
+    tracker_resource,
+    trial_metrics,
+    tuning_storage,
+)
+
+DVC_HASH = "abc123"
+MODEL = "flywheel-flights"
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    (tmp_path / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+        yield instance
+
+
+@pytest.fixture
+def tracker(tmp_path: Path) -> MlflowTracker:
+    return tracker_resource("local", tmp_path / "home")
+
+
+def record_dataset(instance: dg.DagsterInstance, folder: Path) -> None:
+    """Write a tiny dataset and record it as training_dataset's latest materialization."""
+    folder.mkdir()
+    for seed, split in enumerate(("train", "validation", "test"), start=1):
+        rows = 1500 if split == "train" else 500
+        make_flights(rows, seed=seed, unseen=split != "train").to_parquet(
+            folder / f"{split}.parquet"
+        )
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            asset_key="training_dataset",
+            metadata={"path": str(folder), "dvc_hash": DVC_HASH},
+            tags={"dagster/data_version": DVC_HASH},
+        )
+    )
+
+
+def materialize(
+    instance: dg.DagsterInstance, tracker: MlflowTracker, tmp_path: Path, **config: object
+) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        build_training_assets("flights"),
+        instance=instance,
+        resources={
+            "tracker": tracker,
+            "tuning_storage": TuningStorage(location=str(tmp_path / "optuna")),
+        },
+        run_config={"ops": {"challenger_model": {"config": config}}},
+        raise_on_error=False,
+    )
+
+
+def test_challenger_is_tuned_tracked_and_registered(
+    instance: dg.DagsterInstance, tracker: MlflowTracker, tmp_path: Path
+) -> None:
+    record_dataset(instance, tmp_path / "dataset")
+
+    result = materialize(instance, tracker, tmp_path, n_trials=2, max_epochs=2)
+
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    materialization = event.materialization
+    meta = {k: v.value for k, v in materialization.metadata.items()}
+    assert set(meta["best_params"]) == {"arch", "width", "depth", "dropout", "lr", "weight_decay"}
+    table = meta["validation_metrics"]
+    assert "challenger" in table and "logistic_regression" in table
+    assert "hist_gradient_boosting" in table
+    assert 0.5 < meta["val/auroc"] <= 1 and meta["val/logloss"] > 0
+    assert meta["registered_model_version"] == 1
+    assert meta["registered_model"] == f"models:/{MODEL}/1"
+    assert meta["dataset_dvc_hash"] == DVC_HASH
+    assert meta["trials_complete"] + meta["trials_pruned"] == 2
+    assert meta["tuning_compute_seconds"] > 0
+    assert materialization.tags["dagster/data_version"] == f"{MODEL}/1"
+    assert materialization.tags["dagster/input_data_version/training_dataset"] == DVC_HASH
+
+    client = tracker.client()
+    runs = client.search_runs([tracker.experiment_id()])
+    [parent] = [r for r in runs if MLFLOW_PARENT_RUN_ID not in r.data.tags]
+    trials = [r for r in runs if r.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent.info.run_id]
+    assert parent.info.run_id == meta["mlflow_run_id"] and len(trials) == 2 == len(runs) - 1
+    for run in (parent, *trials):
+        assert run.data.tags["dataset.dvc_hash"] == DVC_HASH
+        assert run.data.tags["dagster.run_id"] == result.run_id
+        assert run.data.tags["git.commit"]
+    for trial in trials:
+        assert trial.data.tags["optuna.trial_state"] in {"COMPLETE", "PRUNED"}
+        assert trial.data.tags["device"] == "cpu"
+        assert trial.data.metrics["trial/wall_seconds"] > 0
+        assert set(trial.data.params) == set(meta["best_params"])
+        steps = [m.step for m in client.get_metric_history(trial.info.run_id, "val/logloss")]
+        assert steps == list(range(int(trial.data.metrics["trial/epochs_run"])))
+    assert {"val/auroc", "baseline/logistic_regression/auroc"} <= set(parent.data.metrics)
+    version = client.get_model_version(MODEL, "1")
+    assert version.run_id == parent.info.run_id
+
+
+def test_fails_clearly_without_a_dataset(
+    instance: dg.DagsterInstance, tracker: MlflowTracker, tmp_path: Path
+) -> None:
+    result = materialize(instance, tracker, tmp_path, n_trials=1, max_epochs=1)
+
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert "training_dataset was never materialized" in str(failure.step_failure_data.error)
+
+
+def test_trial_metrics_prefer_a_recorded_history() -> None:
+    reported = dict(
+        params={"lr": 0.01},
+        distributions={"lr": FloatDistribution(1e-4, 1e-1, log=True)},
+        value=0.5,
+        intermediate_values={0: 0.7, 1: 0.5},
+        user_attrs={"wall_seconds": 2.5, "epochs_run": 2},
+    )
+    history = [{"epoch": 0, "val/logloss": 0.7, "val/auroc": 0.6}]
+
+    reported_only = trial_metrics(create_trial(**reported), "val/logloss", 0)
+    with_history = create_trial(**reported | {"user_attrs": {"history": history}})
+
+    assert {(m.key, m.step, m.value) for m in reported_only} == {
+        ("val/logloss", 0, 0.7),
+        ("val/logloss", 1, 0.5),
+        ("best/val/logloss", 0, 0.5),
+        ("trial/wall_seconds", 0, 2.5),
+        ("trial/epochs_run", 0, 2.0),
+    }
+    assert {(m.key, m.step) for m in trial_metrics(with_history, "val/logloss", 0)} == {
+        ("val/logloss", 0),
+        ("val/auroc", 0),
+        ("best/val/logloss", 0),
+    }
+
+
+def test_stores_follow_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    local = tracker_resource("local", tmp_path)
+    assert local.tracking_uri == f"sqlite:///{tmp_path}/mlflow/mlflow.db"
+    assert local.artifact_location == (tmp_path / "mlflow" / "artifacts").as_uri()
+    journal = tuning_storage("local", tmp_path).for_study("flights-abc")
+    assert journal == str(tmp_path / "optuna" / "flights-abc.journal")
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://mlflow.example.com")
+    monkeypatch.setenv("FLYWHEEL_OPTUNA_STORAGE", "postgresql://optuna@db/optuna")
+    prod = tracker_resource("prod", tmp_path).process_config_and_initialize()
+    assert prod.tracking_uri == "https://mlflow.example.com" and prod.artifact_location is None
+    studies = tuning_storage("prod", tmp_path).process_config_and_initialize()
+    assert studies.for_study("flights-abc") == "postgresql://optuna@db/optuna"
