@@ -11,7 +11,7 @@ export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel
 export DAGSTER_HOME ?= $(FLYWHEEL_HOME)/dagster
 export DBT_SEND_ANONYMOUS_USAGE_STATS := false
 
-.PHONY: setup flywheel test test-all lint dev bench clean
+.PHONY: setup flywheel test test-all lint dev data-pull clean
 
 setup: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml dbt_project/target/manifest.json
 
@@ -41,6 +41,12 @@ test-all: setup
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# Reproduce the committed dataset pointers' files from the remote (a fresh clone needs only this).
+DVC_REMOTE ?= $(FLYWHEEL_HOME)/dvc-remote
+data-pull: setup
+	cd data && ../$(VENV)/bin/dvc remote add --local --force --default flywheel $(DVC_REMOTE)
+	cd data && ../$(VENV)/bin/dvc pull
 
 dev: setup
 	$(VENV)/bin/dagster dev -w workspace.yaml

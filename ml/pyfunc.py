@@ -54,16 +54,14 @@ def model_input(frame: pd.DataFrame, features: FeatureConfig | None = None) -> p
     return pd.concat([frame[list(features.categorical)], numeric], axis=1)
 
 
-def model_signature(
-    checkpoint_path: str | Path, example: pd.DataFrame
-) -> tuple[ModelSignature, pd.DataFrame]:
+def model_signature(checkpoint_path: str | Path, example: pd.DataFrame) -> ModelSignature:
     """Infer the signature from ``example`` (model input columns) and its predictions."""
     predictions = load_predictor(checkpoint_path).predict_proba(example)
     inferred = infer_signature(example, predictions)
     # Every feature column must be present, even one the example happens to have nulls in:
     # missing values are the preprocessor's business, missing columns are an error.
     inputs = Schema([ColSpec(c.type, c.name, required=True) for c in inferred.inputs.inputs])
-    return ModelSignature(inputs, inferred.outputs), example
+    return ModelSignature(inputs, inferred.outputs)
 
 
 def requirements() -> list[str]:
@@ -88,7 +86,7 @@ def log_model(
     the pinned requirements.
     """
     example = model_input(example_frame.head(n_examples), features).reset_index(drop=True)
-    signature, example = model_signature(checkpoint_path, example)
+    signature = model_signature(checkpoint_path, example)
     return mlflow.pyfunc.log_model(
         name=name,
         python_model=str(MODEL_CODE),

@@ -38,20 +38,25 @@ class TuneResult:
 
 
 class TrialRecorder(L.Callback):
-    """Remembers the device and the number of validated epochs, even if the trial is pruned."""
+    """Remembers the device, the validated epochs and their val/* metrics, even when pruned."""
 
     def __init__(self) -> None:
         self.device = "unknown"
         self.epochs = 0
+        self.history: list[dict[str, float]] = []
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Record the device the trial runs on."""
         self.device = device_name(trainer.strategy.root_device)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Count a finished epoch."""
+        """Count a finished epoch and keep its validation metrics."""
         if not trainer.sanity_checking:
             self.epochs = trainer.current_epoch + 1
+            metrics = {
+                k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")
+            }
+            self.history.append({"epoch": float(trainer.current_epoch), **metrics})
 
 
 def make_storage(storage: str) -> str | BaseStorage:
@@ -118,6 +123,7 @@ def make_objective(
             trial.set_user_attr("wall_seconds", time.perf_counter() - start)
             trial.set_user_attr("device", recorder.device)
             trial.set_user_attr("epochs_run", recorder.epochs)
+            trial.set_user_attr("history", recorder.history)
         return result.best_metrics[train_config.monitor]
 
     return objective

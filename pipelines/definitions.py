@@ -12,6 +12,7 @@ from pipelines.defs.ingestion.assets import build_ingestion_assets
 from pipelines.defs.ingestion.sensors import build_landing_sensor
 from pipelines.defs.labeling.assets import build_labeling_assets
 from pipelines.defs.labeling.triggers import build_labeling_triggers
+from pipelines.defs.training.assets import GPU_TAGS, build_training_assets
 from pipelines.defs.warehouse.assets import build_dbt_assets
 from pipelines.lib.partitions import daily_partitions
 from pipelines.resources import build_resources
@@ -58,6 +59,14 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         description="Import the labels delivered to the inbox on a day.",
     )
     export_schedule, inbox_sensor = build_labeling_triggers(label_export_job, label_import_job)
+    training = build_training_assets(task.name)
+    training_job = dg.define_asset_job(
+        "training_job",
+        selection=dg.AssetSelection.assets(*training),
+        # The run's tags ask a Kubernetes run launcher for a GPU pod.
+        tags=GPU_TAGS,
+        description="Tune, refit and register a challenger model on the latest dataset.",
+    )
     dataset_job = dg.define_asset_job(
         "dataset_job",
         selection=dg.AssetSelection.assets(training_dbt, *datasets),
@@ -73,7 +82,14 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
             labels,
             *datasets,
         ],
-        jobs=[daily_job, reference_job, label_export_job, label_import_job, dataset_job],
+        jobs=[
+            daily_job,
+            reference_job,
+            label_export_job,
+            label_import_job,
+            dataset_job,
+            training_job,
+        ],
         schedules=[export_schedule],
         sensors=[landing_sensor, inbox_sensor],
         resources=build_resources(env),

@@ -83,17 +83,20 @@ def dataset_store(env: str | None = None) -> DvcDatasetStore:
 
 def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource]:
     """Every resource of the code location, keyed by role, for `env`."""
-    # dbt is imported here, not at module level: the simulator imports this module for the
-    # landing zone and should not pay for parsing the dbt project.
+    # dbt and MLflow are imported here, not at module level: the simulator imports this module
+    # for the landing zone and should not pay for parsing the dbt project or importing MLflow.
     from dagster_dbt import DbtCliResource
 
     from pipelines.lib.dbt import dbt_executable, dbt_project
+    from pipelines.lib.tracking import tracker_resource, tuning_storage
 
     env = env or current_env()
     return {
         "landing_zone": landing_zone(env),
         "label_store": label_store(env),
         "dataset_store": dataset_store(env),
+        "tracker": tracker_resource(env, flywheel_home()),
+        "tuning_storage": tuning_storage(env, flywheel_home()),
         "warehouse": DuckDBWarehouse(path=warehouse_path()),
         "dbt": DbtCliResource(project_dir=dbt_project, target=env, dbt_executable=dbt_executable()),
     }

@@ -132,7 +132,11 @@ def run(days: int, start: date | None = None) -> int:
         )
         held_out = DatasetConfig().validation_days + DatasetConfig().test_days
         if labelled_days > held_out:
-            print(f"training dataset: {driver.dataset()}")
+            print(f"training dataset: {driver.dataset()}", flush=True)
+            challenger = driver.train()
+            print("challenger model:")
+            for key, value in challenger.items():
+                print(f"  {key}: {value}")
         else:
             print(
                 f"no training dataset yet: {labelled_days} labelled days, it needs more than "

@@ -152,3 +152,11 @@ class FlywheelDriver:
         event = self.instance.get_latest_materialization_event(dg.AssetKey("training_dataset"))
         metadata = event.asset_materialization.metadata
         return {k: str(metadata[k].value) for k in ("dvc_hash", "pointer", "dagster/row_count")}
+
+    def train(self) -> dict[str, str]:
+        """Tune, refit and register a challenger on the latest dataset; what it reports."""
+        request = dg.RunRequest(job_name="training_job")
+        execute_request(self.defs, self.instance, request, {"flywheel/trigger": "main job"})
+        event = self.instance.get_latest_materialization_event(dg.AssetKey("challenger_model"))
+        metadata = event.asset_materialization.metadata
+        return {k: str(v.value) for k, v in metadata.items() if not k.startswith("dagster/")}

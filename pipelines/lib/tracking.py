@@ -19,6 +19,7 @@ import mlflow
 import optuna
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunStatus
+from mlflow.environment_variables import MLFLOW_REGISTRY_URI
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.trial import FrozenTrial, TrialState
 
@@ -54,13 +55,12 @@ class MlflowTracker(dg.ConfigurableResource):
 
     @contextmanager
     def start_run(self, run_name: str, tags: dict[str, str]) -> Iterator[mlflow.ActiveRun]:
-        """Start the active (parent) run; fluent calls such as `log_model` go to this store."""
+        """Start the active (parent) run; fluent calls inside it (`log_model`) go to this store."""
         experiment_id = self.experiment_id()
-        # mlflow.pyfunc.log_model only speaks to the process-wide store.
-        mlflow.set_tracking_uri(self.tracking_uri)
-        if self.registry_uri is not None:
-            mlflow.set_registry_uri(self.registry_uri)
-        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags) as run:
+        with (
+            _process_wide_store(self.tracking_uri, self.registry_uri),
+            mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags) as run,
+        ):
             yield run
 
     def log_metrics(
@@ -175,6 +175,25 @@ def tuning_storage(env: str, home: Path) -> TuningStorage:
     if env == "local":
         return TuningStorage(location=str(home / "optuna"))
     return TuningStorage(location=dg.EnvVar("FLYWHEEL_OPTUNA_STORAGE"))
+
+
+@contextmanager
+def _process_wide_store(tracking_uri: str, registry_uri: str | None) -> Iterator[None]:
+    # Fluent calls such as mlflow.pyfunc.log_model only use the process-wide store, which MLflow
+    # also exports to the environment; both are restored so that nothing outlives the run.
+    tracking_before = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    registry_before = MLFLOW_REGISTRY_URI.get()
+    mlflow.set_tracking_uri(tracking_uri)
+    if registry_uri is not None:
+        mlflow.set_registry_uri(registry_uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(tracking_before)
+        if registry_uri is not None:
+            mlflow.set_registry_uri(registry_before)
+            if registry_before is None:
+                MLFLOW_REGISTRY_URI.unset()
 
 
 def _epoch_metrics(history: Sequence[dict[str, float]], timestamp: int) -> list[Metric]:

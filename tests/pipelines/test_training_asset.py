@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,10 +74,13 @@ def test_challenger_is_tuned_tracked_and_registered(
     instance: dg.DagsterInstance, tracker: MlflowTracker, tmp_path: Path
 ) -> None:
     record_dataset(instance, tmp_path / "dataset")
+    process_store = os.environ.get("MLFLOW_TRACKING_URI")
 
     result = materialize(instance, tracker, tmp_path, n_trials=2, max_epochs=2)
 
     assert result.success
+    # The run pointed MLflow's process-wide store at the tracker only while it ran.
+    assert os.environ.get("MLFLOW_TRACKING_URI") == process_store
     [event] = result.get_asset_materialization_events()
     materialization = event.materialization
     meta = {k: v.value for k, v in materialization.metadata.items()}

@@ -4,7 +4,7 @@ import dagster as dg
 
 from pipelines.contracts import TaskSpec
 from pipelines.ingestion import ensure_raw_tables
-from pipelines.label_exchange import export_day, import_day
+from pipelines.labeling.exchange import export_day, import_day
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
@@ -49,6 +49,7 @@ def build_labeling_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
                 "outbox_file": f"{label_store.uri}/{report.key}",
                 "candidates": report.candidates,
                 "scored_candidates": report.scored,
+                "drift_flagged_segments": report.flagged_segments,
                 "reasons": report.reasons,
             }
         )

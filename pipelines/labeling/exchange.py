@@ -26,6 +26,7 @@ from pipelines.labeling import (
 from pipelines.lib.landing_zone import LandingZone
 
 PREDICTIONS = "flight_predictions"  # written by batch scoring; absent until a model exists
+DRIFT_FLAGS = "drift_flagged_segments"  # written by drift monitoring; absent until it runs
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class ExportReport:
     key: str
     candidates: int
     scored: int
+    flagged_segments: int
     reasons: dict[str, int]
 
 
@@ -77,6 +79,16 @@ def export_candidates(con: duckdb.DuckDBPyConnection, task: TaskSpec, day: str) 
     ).df()
 
 
+def flagged_segments(con: duckdb.DuckDBPyConnection, day: str) -> pd.DataFrame | None:
+    """Segments drift monitoring flagged before `day` (segment_type, segment_value), if any."""
+    if not _has_relation(con, DRIFT_FLAGS):
+        return None
+    return con.execute(
+        f"select distinct segment_type, segment_value from {DRIFT_FLAGS} where flagged_at < ?",
+        [day],
+    ).df()
+
+
 def export_day(
     con: duckdb.DuckDBPyConnection,
     store: LandingZone,
@@ -84,13 +96,13 @@ def export_day(
     day: str,
     budget: int,
     audit_share: float,
-    flagged_segments: pd.DataFrame | None = None,
 ) -> ExportReport:
     """Choose the day's flights to label, write the batch to the outbox, record its tasks."""
     candidates = export_candidates(con, task, day)
+    flagged = flagged_segments(con, day)
     seed = int(hashlib.sha256(f"{task.name}/{day}".encode()).hexdigest()[:8], 16)
     chosen = select_for_labeling(
-        candidates.drop(columns="model_version"), budget, audit_share, seed, flagged_segments
+        candidates.drop(columns="model_version"), budget, audit_share, seed, flagged
     )
     versions = candidates.model_version.dropna().unique()
     model_version = str(versions[0]) if len(versions) else None

@@ -1,0 +1,185 @@
+"""Label Studio exports coming back: every item or annotation is accepted or rejected with a reason.
+
+Reading an export never raises on bad content. Several valid annotations on one task resolve
+deterministically: the annotation with the latest `updated_at` wins, ties broken by the highest
+annotation id; the others are rejected as "superseded by annotation <id>". A task already
+labelled (earlier, or earlier in the same file) is rejected: the first answer stands. A timestamp
+without a zone is read as UTC.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+
+from pipelines.labeling.label_studio import (
+    ACCEPTED_COLUMNS,
+    FROM_NAME,
+    LABEL_CHOICES,
+    REJECTED_COLUMNS,
+    TO_NAME,
+)
+
+
+def parse_label_studio_export(
+    key: str, data: bytes, awaiting: Mapping[str, str], already_labelled: Mapping[str, str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The accepted labels and the rejected items or annotations of one Label Studio export.
+
+    `awaiting` maps the task_id of every exported, still unlabelled task to its flight_id;
+    `already_labelled` maps a labelled task_id to where its label came from. Never raises on bad
+    content: a file that is not a JSON list becomes one rejected row with `item` null.
+    """
+    items, problem = _load_items(data)
+    if problem is not None:
+        record = data[:2000].decode("utf-8", errors="replace")
+        return _frames([], [_rejection(key, None, None, problem, record)])
+    accepted: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
+    labelled_here: dict[str, str] = {}
+    for index, item in enumerate(items):
+        task_id, problem = _check_item(item, awaiting, already_labelled, labelled_here)
+        if problem is not None:
+            rejected.append(_rejection(key, index, task_id, problem, _dumps(item)))
+            continue
+        winner, losers = _resolve_annotations(item["annotations"])
+        for annotation, reason in losers:
+            rejected.append(_rejection(key, index, task_id, reason, _dumps(annotation)))
+        if winner is not None:
+            label, known_at, annotation_id = winner
+            labelled_here[task_id] = f"annotation {annotation_id} in item {index} of {key}"
+            accepted.append(
+                {
+                    "task_id": task_id,
+                    "flight_id": awaiting[task_id],
+                    "is_late": label == LABEL_CHOICES[0],
+                    "known_at": known_at,
+                    "annotation_id": annotation_id,
+                    "source_file": key,
+                }
+            )
+    return _frames(accepted, rejected)
+
+
+def _load_items(data: bytes) -> tuple[list[Any], str | None]:
+    """The items of an export file, or why the whole file is unreadable and where."""
+    try:
+        items = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return [], f"not UTF-8 at byte {e.start}"
+    except json.JSONDecodeError as e:
+        return [], f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"
+    if not isinstance(items, list):
+        return [], f"not a JSON list of tasks but a JSON {type(items).__name__}"
+    return items, None
+
+
+def _check_item(
+    item: Any,
+    awaiting: Mapping[str, str],
+    already_labelled: Mapping[str, str],
+    labelled_here: Mapping[str, str],
+) -> tuple[str | None, str | None]:
+    """The item's task_id and what makes the whole item unusable (None if nothing)."""
+    data = item.get("data") if isinstance(item, dict) else None
+    task_id = data.get("task_id") if isinstance(data, dict) else None
+    if not isinstance(task_id, str):
+        return None, "unknown task: the item has no data.task_id"
+    if task_id in already_labelled or task_id in labelled_here:
+        where = already_labelled[task_id] if task_id in already_labelled else labelled_here[task_id]
+        return task_id, f"task already labelled ({where})"
+    if task_id not in awaiting:
+        return task_id, f"unknown task {task_id!r}"
+    if data.get("flight_id") != awaiting[task_id]:
+        flight = data.get("flight_id")
+        return task_id, f"flight_id {flight!r} is not the task's flight {awaiting[task_id]!r}"
+    if not isinstance(item.get("annotations"), list) or not item["annotations"]:
+        return task_id, "no annotations"
+    return task_id, None
+
+
+Valid = tuple[str, pd.Timestamp, int]  # label, known_at (naive UTC), annotation id
+
+
+def _resolve_annotations(
+    annotations: list[Any],
+) -> tuple[Valid | None, list[tuple[Any, str]]]:
+    """The winning valid annotation of one task, and every other annotation with its reason."""
+    valid: list[tuple[Valid, Any]] = []
+    losers: list[tuple[Any, str]] = []
+    for annotation in annotations:
+        parsed = _check_annotation(annotation)
+        if isinstance(parsed, str):
+            losers.append((annotation, parsed))
+        else:
+            valid.append((parsed, annotation))
+    if not valid:
+        return None, losers
+    # The documented rule: the latest updated_at wins, then the highest annotation id.
+    valid.sort(key=lambda v: (v[0][1], v[0][2]))
+    winner = valid[-1][0]
+    losers += [(a, f"superseded by annotation {winner[2]}") for _, a in valid[:-1]]
+    return winner, losers
+
+
+def _check_annotation(annotation: Any) -> Valid | str:
+    """The label, known_at and id of a valid annotation, or why it is not valid."""
+    if not isinstance(annotation, dict):
+        return "annotation is not a JSON object"
+    if annotation.get("was_cancelled") is True:
+        return "annotation cancelled"
+    annotation_id = annotation.get("id")
+    if not isinstance(annotation_id, int) or isinstance(annotation_id, bool):
+        return f"annotation id {annotation_id!r} is not an integer"
+    choices = [
+        r.get("value", {}).get("choices") if isinstance(r.get("value"), dict) else None
+        for r in annotation.get("result") or []
+        if isinstance(r, dict) and r.get("from_name") == FROM_NAME and r.get("to_name") == TO_NAME
+    ]
+    if len(choices) != 1 or not isinstance(choices[0], list) or len(choices[0]) != 1:
+        return f"label {choices!r} not in {LABEL_CHOICES}"
+    label = choices[0][0]
+    if label not in LABEL_CHOICES:
+        return f"label {label!r} not in {LABEL_CHOICES}"
+    known_at = _utc(annotation.get("updated_at"))
+    if known_at is None:
+        return f"updated_at {annotation.get('updated_at')!r} is not an ISO timestamp"
+    return label, known_at, annotation_id
+
+
+def _utc(text: Any) -> pd.Timestamp | None:
+    """A naive UTC timestamp from ISO text (no zone means UTC), None if it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    stamp = pd.Timestamp(moment)
+    return stamp.tz_convert("UTC").tz_localize(None) if stamp.tzinfo else stamp
+
+
+def _rejection(key: str, item: int | None, task_id: str | None, reason: str, record: str) -> dict:
+    return {
+        "source_file": key,
+        "item": item,
+        "task_id": task_id,
+        "reason": reason,
+        "record": record,
+    }
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _frames(accepted: list[dict], rejected: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    good = pd.DataFrame(accepted, columns=list(ACCEPTED_COLUMNS)).astype(
+        {"is_late": bool, "annotation_id": "int64", "known_at": "datetime64[us]"}
+    )
+    bad = pd.DataFrame(rejected, columns=list(REJECTED_COLUMNS)).astype({"item": "Int64"})
+    return good, bad
