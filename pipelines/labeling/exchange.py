@@ -129,11 +129,12 @@ def export_day(
     )
     _replace(con, f"{RAW_SCHEMA}.{task.label_tasks_table}", "_landing_date", day, rows)
     return ExportReport(
-        batch_id,
-        key,
-        len(candidates),
-        int(candidates.score.notna().sum()),
-        chosen.reason.value_counts().to_dict(),
+        batch_id=batch_id,
+        key=key,
+        candidates=len(candidates),
+        scored=int(candidates.score.notna().sum()),
+        flagged_segments=0 if flagged is None else len(flagged),
+        reasons=chosen.reason.value_counts().to_dict(),
     )
 
 

@@ -4,6 +4,7 @@ import json
 from datetime import date
 
 import dagster as dg
+import duckdb
 
 from sim.labeling import LabelingService
 from sim.replay import land_days
@@ -113,3 +114,31 @@ def test_inbox_sensor_requests_each_delivery_day_once(flywheel):
     assert tick(first.cursor).run_requests == []
     store.write_bytes(f"inbox/{NEXT}/flights-{DAY}.json", b"[ ]\n")  # replaced: import again
     assert [r.partition_key for r in tick(first.cursor).run_requests] == [NEXT]
+
+
+def test_with_a_champion_the_choice_follows_uncertainty_audit_and_drift(flywheel):
+    land_days(flywheel.zone, [date(2013, 1, 1)])
+    flywheel.run("reference_warehouse_job")
+    flywheel.run("daily_warehouse_job", DAY)
+    with duckdb.connect(str(flywheel.warehouse)) as con:
+        con.execute(
+            "create table flight_predictions as select flight_id, "
+            "(hash(flight_id) % 1000) / 1000.0 as probability, '3' as model_version "
+            "from fct_flight_features"
+        )
+        con.execute(
+            "create table drift_flagged_segments as select 'route' as segment_type, "
+            "'JFK-LAX' as segment_value, timestamp '2012-12-31' as flagged_at"
+        )
+    result = materialize(flywheel, "label_tasks", DAY, {"budget": 20, "audit_share": 0.25})
+    meta = result.asset_materializations_for_node("label_tasks")[0].metadata
+    reasons = meta["reasons"].value
+    assert reasons["audit"] == 5
+    assert 0 < reasons["drift_segment"] <= 7
+    assert sum(reasons.values()) == 20 and "random" not in reasons
+    assert meta["drift_flagged_segments"].value == 1
+    store = flywheel.defs.resources["label_store"]
+    batch = json.loads(store.read_bytes(f"outbox/flights-{DAY}.json"))
+    assert all(t["predictions"][0]["model_version"] == "3" for t in batch)
+    drift = [t for t in batch if t["meta"]["reason"] == "drift_segment"]
+    assert all(t["data"]["route"] == "JFK-LAX" for t in drift)
