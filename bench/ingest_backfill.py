@@ -67,6 +67,15 @@ def single_run(days: list[date]) -> tuple[float, int]:
         return elapsed, flights_rows(defs)
 
 
+def report(name: str, days: int, seconds: float, rows: int) -> None:
+    """Print one mode's figures as soon as it finishes."""
+    print(
+        f"{name:<30}{days:>6}{seconds:>10.1f}{rows:>10,}{rows / seconds:>10,.0f}"
+        f"{seconds / days:>8.2f}",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--start", default="2013-01-01")
@@ -77,18 +86,12 @@ def main() -> None:
     args = parser.parse_args()
     start = date.fromisoformat(args.start)
     span = [start + timedelta(days=i) for i in range(args.days)]
-    results = []
-    seconds, rows = per_partition(span[:1])
-    results.append(("one day, one run", 1, seconds, rows))
-    seconds, rows = single_run(span)
-    results.append(("backfill, single run", len(span), seconds, rows))
+    print(f"{'mode':<30}{'days':>6}{'wall s':>10}{'flights':>10}{'rows/s':>10}{'s/day':>8}")
+    report("one day, one run", 1, *per_partition(span[:1]))
+    report("backfill, single run", len(span), *single_run(span))
     if args.per_partition_days:
         part = span[: args.per_partition_days]
-        seconds, rows = per_partition(part)
-        results.append(("backfill, run per partition", len(part), seconds, rows))
-    print(f"\n{'mode':<30}{'days':>6}{'wall s':>10}{'flights':>10}{'rows/s':>10}{'s/day':>8}")
-    for name, n, secs, rows in results:
-        print(f"{name:<30}{n:>6}{secs:>10.1f}{rows:>10,}{rows / secs:>10,.0f}{secs / n:>8.2f}")
+        report("backfill, run per partition", len(part), *per_partition(part))
 
 
 if __name__ == "__main__":
