@@ -1,5 +1,8 @@
 """Studies prune a clearly worse trial, record trial attributes and continue after a crash."""
 
+import signal
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +19,7 @@ SPACE = SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",))
 GOOD = {"arch": "mlp", "width": 16, "depth": 1, "dropout": 0.0, "lr": 3e-2, "weight_decay": 1e-6}
 # A learning rate 300x smaller barely moves from the initial weights in two epochs.
 BAD = GOOD | {"lr": 1e-4}
+REPO = Path(__file__).resolve().parents[2]
 TRAIN = TrainConfig(max_epochs=2, batch_size=512, early_stopping_patience=None)
 
 
@@ -97,3 +101,47 @@ def test_crashed_study_continues_with_its_trials(
 def test_budget_needs_a_limit(datamodule: TabularDataModule, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         tune(datamodule, _config(tmp_path, n_trials=None, timeout_s=None), train_config=TRAIN)
+
+
+KILLED_STUDY = """
+import os, signal, sys
+from dataclasses import replace
+from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
+from ml.data import TabularDataModule
+from ml.tuning import tune
+
+train_path, val_path, journal = sys.argv[1:4]
+config = TuneConfig(n_trials=3, storage=journal, study_name="killed", pruning=False,
+                    search_space=SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",)))
+
+def die_after_first_trial(study, trial):
+    # The first trial is stored; the process dies without warning, as a lost spot node would.
+    os.kill(os.getpid(), signal.SIGKILL)
+
+tune(TabularDataModule(train_path, val_path, batch_size=512), config, ModelConfig(),
+     TrainConfig(max_epochs=1, batch_size=512, early_stopping_patience=None),
+     trial_callback=die_after_first_trial)
+"""
+
+
+def test_study_killed_by_sigkill_continues_with_its_trials(
+    parquet_splits: dict[str, Path], tmp_path: Path
+) -> None:
+    journal = tmp_path / "killed.journal"
+    args = [str(parquet_splits["train"]), str(parquet_splits["val"]), str(journal)]
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_STUDY, *args], cwd=REPO, capture_output=True, timeout=300
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    config = TuneConfig(
+        n_trials=3, storage=str(journal), study_name="killed", pruning=False, search_space=SPACE
+    )
+    before = create_study(config, max_epochs=1).trials
+    assert [t.state for t in before] == [TrialState.COMPLETE]
+
+    dm = TabularDataModule(parquet_splits["train"], parquet_splits["val"], batch_size=512)
+    one_epoch = TrainConfig(max_epochs=1, batch_size=512, early_stopping_patience=None)
+    result = tune(dm, config, ModelConfig(), one_epoch)
+    after = create_study(config, max_epochs=1).trials
+    assert result.n_complete == 3 and len(after) == 3
+    assert after[0].params == before[0].params and after[0].value == before[0].value
