@@ -81,6 +81,7 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
             label_tasks,
             labels,
             *datasets,
+            *training,
         ],
         jobs=[
             daily_job,

@@ -25,9 +25,17 @@ def test_definitions_load_with_every_stage_grouped(flywheel):
         "fct_flight_features",
     ):
         assert groups[model] == "warehouse"
+    assert groups["label_tasks"] == groups["flight_labels"] == "labeling"
+    assert groups["training_dataset"] == "datasets"
+    assert groups["challenger_model"] == "training"
+    # Resolving every job fails if a job selects an asset the definitions lack.
     assert {j.name for j in defs.resolve_all_job_defs()} >= {
         "daily_warehouse_job",
         "reference_warehouse_job",
+        "label_export_job",
+        "label_import_job",
+        "dataset_job",
+        "training_job",
     }
     assert defs.resolve_sensor_def("landing_sensor") is not None
     daily = graph.get(dg.AssetKey("fct_flight_features")).partitions_def
