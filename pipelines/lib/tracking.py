@@ -13,19 +13,23 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
-import mlflow
-import optuna
-from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunStatus
-from mlflow.environment_variables import MLFLOW_REGISTRY_URI
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from optuna.trial import FrozenTrial, TrialState
+
+# MLflow and Optuna are imported where they are used: the code location loads this module in
+# every run's step processes, and only the training step needs them.
+if TYPE_CHECKING:
+    import mlflow
+    import optuna
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+    from optuna.trial import FrozenTrial
+
+    TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SQLITE_PREFIX = "sqlite:///"
-TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
 class MlflowTracker(dg.ConfigurableResource):
@@ -39,6 +43,8 @@ class MlflowTracker(dg.ConfigurableResource):
 
     def client(self) -> MlflowClient:
         """A client bound to this store, independent of the process-wide MLflow settings."""
+        from mlflow import MlflowClient
+
         return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.registry_uri)
 
     def experiment_id(self) -> str:
@@ -56,6 +62,8 @@ class MlflowTracker(dg.ConfigurableResource):
     @contextmanager
     def start_run(self, run_name: str, tags: dict[str, str]) -> Iterator[mlflow.ActiveRun]:
         """Start the active (parent) run; fluent calls inside it (`log_model`) go to this store."""
+        import mlflow
+
         experiment_id = self.experiment_id()
         with (
             _process_wide_store(self.tracking_uri, self.registry_uri),
@@ -67,12 +75,16 @@ class MlflowTracker(dg.ConfigurableResource):
         self, run_id: str, metrics: dict[str, float], history: Sequence[dict[str, float]] = ()
     ) -> None:
         """Log final metrics, and per-epoch records (each with an "epoch") as metric steps."""
+        from mlflow.entities import Metric
+
         entries = [Metric(k, float(v), _now_ms(), 0) for k, v in metrics.items()]
         entries += _epoch_metrics(history, _now_ms())
         self.client().log_batch(run_id, metrics=entries)
 
     def log_params(self, run_id: str, params: dict[str, object]) -> None:
         """Log parameters of a run."""
+        from mlflow.entities import Param
+
         self.client().log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
 
     def trial_callback(self, parent_run_id: str, monitor: str = "val/logloss") -> TrialCallback:
@@ -81,6 +93,10 @@ class MlflowTracker(dg.ConfigurableResource):
         Nested runs inherit the parent's own tags (dataset hash, commit, Dagster run id) and get
         the trial's parameters, state, device, wall seconds and per-epoch validation metrics.
         """
+        from mlflow.entities import Param, RunStatus
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+        from optuna.trial import TrialState
+
         client = self.client()
         parent = client.get_run(parent_run_id)
         inherited = {k: v for k, v in parent.data.tags.items() if not k.startswith("mlflow.")}
@@ -124,6 +140,8 @@ def trial_metrics(trial: FrozenTrial, monitor: str, timestamp: int) -> list[Metr
     objective stores one; otherwise the monitored metric comes from the values the pruning
     callback reported, one per epoch.
     """
+    from mlflow.entities import Metric
+
     history = trial.user_attrs.get("history")
     if history is None:
         history = [{"epoch": step, monitor: v} for step, v in trial.intermediate_values.items()]
@@ -179,6 +197,9 @@ def tuning_storage(env: str, home: Path) -> TuningStorage:
 
 @contextmanager
 def _process_wide_store(tracking_uri: str, registry_uri: str | None) -> Iterator[None]:
+    import mlflow
+    from mlflow.environment_variables import MLFLOW_REGISTRY_URI
+
     # Fluent calls such as mlflow.pyfunc.log_model only use the process-wide store, which MLflow
     # also exports to the environment; both are restored so that nothing outlives the run.
     tracking_before = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
@@ -197,6 +218,8 @@ def _process_wide_store(tracking_uri: str, registry_uri: str | None) -> Iterator
 
 
 def _epoch_metrics(history: Sequence[dict[str, float]], timestamp: int) -> list[Metric]:
+    from mlflow.entities import Metric
+
     return [
         Metric(k, float(v), timestamp, int(record["epoch"]))
         for record in history
@@ -210,4 +233,6 @@ def _ms(moment: datetime | None) -> int | None:
 
 
 def _now_ms() -> int:
-    return mlflow.utils.time.get_current_time_millis()
+    from mlflow.utils.time import get_current_time_millis
+
+    return get_current_time_millis()

@@ -3,15 +3,19 @@
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ml.challenger import Challenger, fit_challenger
 from ml.config import ModelConfig, TrainConfig, TuneConfig
-from ml.data import TabularDataModule
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
+
+# torch, Lightning and scikit-learn load in the training step only, not in every step process
+# that loads the code location.
+if TYPE_CHECKING:
+    from ml.challenger import Challenger
 
 GROUP = "training"
 TRAINING_POOL = "training"
@@ -70,7 +74,7 @@ def ml_configs(
 
 
 def results_metadata(
-    challenger: Challenger, registered: str, version: int, run_id: str, run_url: str | None
+    challenger: "Challenger", registered: str, version: int, run_id: str, run_url: str | None
 ) -> dict[str, object]:
     """Materialization metadata: the challenger beside the baselines, and where it is tracked."""
     rows = [{"model": f"challenger ({challenger.model_config.arch})", **challenger.metrics}]
@@ -114,6 +118,9 @@ def build_training_assets(task_name: str) -> list[dg.AssetsDefinition]:
         tuning_storage: TuningStorage,
     ) -> dg.MaterializeResult:
         """Tune, refit and register a challenger model on the latest training dataset."""
+        from ml.challenger import fit_challenger
+        from ml.data import TabularDataModule
+
         dataset = latest_dataset(context.instance)
         # One study per dataset version: a retried run resumes it, a larger n_trials extends it.
         study = f"{task_name}-{dataset.dvc_hash[:12]}"
@@ -149,7 +156,7 @@ def build_training_assets(task_name: str) -> list[dg.AssetsDefinition]:
 def log_challenger(
     tracker: MlflowTracker,
     run_id: str,
-    challenger: Challenger,
+    challenger: "Challenger",
     dataset: TrainingDataset,
     registered: str,
 ) -> int:
