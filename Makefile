@@ -4,8 +4,11 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DAYS ?= 21
-START ?= 2013-01-01
+# The main job: three weeks to train the first model, then six weeks of production into the
+# December drift. RUN_ARGS passes more options (e.g. --trials 8 --drift celsius@2013-12-10).
+DAYS ?= 61
+START ?= 2013-11-01
+RUN_ARGS ?=
 
 export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel
 export DAGSTER_HOME ?= $(FLYWHEEL_HOME)/dagster
@@ -31,7 +34,7 @@ dbt_project/target/manifest.json: $(VENV)/.installed $(shell find dbt_project -n
 	cd dbt_project && ../$(VENV)/bin/dbt parse --quiet --profiles-dir .
 
 flywheel: setup
-	$(PY) -m sim run --start $(START) --days $(DAYS)
+	$(PY) -m sim run --start $(START) --days $(DAYS) $(RUN_ARGS)
 
 test: setup
 	$(VENV)/bin/pytest -m "not slow"

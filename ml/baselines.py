@@ -24,35 +24,56 @@ def logistic_regression(
     datamodule: TabularDataModule, split: str = "val", seed: int = 0
 ) -> dict[str, float]:
     """Fit an L2 logistic regression on one-hot categories plus standardised numerics."""
-    (cat, num, y), (cat_eval, num_eval, y_eval) = _arrays(datamodule, split)
-    encoder = _one_hot(datamodule.cardinalities).fit(cat)
-    x = sparse.hstack([encoder.transform(cat), sparse.csr_matrix(num)]).tocsr()
-    x_eval = sparse.hstack([encoder.transform(cat_eval), sparse.csr_matrix(num_eval)]).tocsr()
-    model = LogisticRegression(C=1.0, max_iter=2000, random_state=seed).fit(x, y)
-    return binary_metrics(y_eval, model.predict_proba(x_eval)[:, 1])
+    return binary_metrics(_labels(datamodule, split), _logistic_probs(datamodule, split, seed))
 
 
 def hist_gradient_boosting(
     datamodule: TabularDataModule, split: str = "val", seed: int = 0
 ) -> dict[str, float]:
     """Fit a HistGradientBoostingClassifier on category codes and standardised numerics."""
-    (cat, num, y), (cat_eval, num_eval, y_eval) = _arrays(datamodule, split)
-    # Larger vocabularies enter as ordinal codes, which trees can still split on.
-    is_categorical = [c <= HGB_MAX_CATEGORIES for c in datamodule.cardinalities]
-    mask = np.array(is_categorical + [False] * num.shape[1])
-    model = HistGradientBoostingClassifier(categorical_features=mask, random_state=seed)
-    model.fit(np.hstack([cat, num]), y)
-    return binary_metrics(y_eval, model.predict_proba(np.hstack([cat_eval, num_eval]))[:, 1])
+    return binary_metrics(_labels(datamodule, split), _boosting_probs(datamodule, split, seed))
+
+
+def baseline_predictions(
+    datamodule: TabularDataModule, split: str = "val", seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Return each baseline's P(label=1) for the rows of ``split``, in the split's row order."""
+    return {
+        "logistic_regression": _logistic_probs(datamodule, split, seed),
+        "hist_gradient_boosting": _boosting_probs(datamodule, split, seed),
+    }
 
 
 def evaluate_baselines(
     datamodule: TabularDataModule, split: str = "val", seed: int = 0
 ) -> dict[str, dict[str, float]]:
-    """Return ``{baseline: {"auroc", "logloss"}}`` on ``split`` for every baseline."""
-    return {
-        "logistic_regression": logistic_regression(datamodule, split, seed),
-        "hist_gradient_boosting": hist_gradient_boosting(datamodule, split, seed),
-    }
+    """Return ``{baseline: {"auroc", "logloss", "brier", "ece"}}`` on ``split`` per baseline."""
+    y = _labels(datamodule, split)
+    predictions = baseline_predictions(datamodule, split, seed)
+    return {name: binary_metrics(y, probs) for name, probs in predictions.items()}
+
+
+def _logistic_probs(datamodule: TabularDataModule, split: str, seed: int) -> np.ndarray:
+    (cat, num, y), (cat_eval, num_eval, _) = _arrays(datamodule, split)
+    encoder = _one_hot(datamodule.cardinalities).fit(cat)
+    x = sparse.hstack([encoder.transform(cat), sparse.csr_matrix(num)]).tocsr()
+    x_eval = sparse.hstack([encoder.transform(cat_eval), sparse.csr_matrix(num_eval)]).tocsr()
+    model = LogisticRegression(C=1.0, max_iter=2000, random_state=seed).fit(x, y)
+    return model.predict_proba(x_eval)[:, 1]
+
+
+def _boosting_probs(datamodule: TabularDataModule, split: str, seed: int) -> np.ndarray:
+    (cat, num, y), (cat_eval, num_eval, _) = _arrays(datamodule, split)
+    # Larger vocabularies enter as ordinal codes, which trees can still split on.
+    is_categorical = [c <= HGB_MAX_CATEGORIES for c in datamodule.cardinalities]
+    mask = np.array(is_categorical + [False] * num.shape[1])
+    model = HistGradientBoostingClassifier(categorical_features=mask, random_state=seed)
+    model.fit(np.hstack([cat, num]), y)
+    return model.predict_proba(np.hstack([cat_eval, num_eval]))[:, 1]
+
+
+def _labels(datamodule: TabularDataModule, split: str) -> np.ndarray:
+    return datamodule.splits[split][2].numpy()
 
 
 def _arrays(datamodule: TabularDataModule, split: str) -> tuple[tuple[np.ndarray, ...], ...]:

@@ -34,6 +34,32 @@ def logloss(y_true: ArrayLike, y_prob: ArrayLike, eps: float = PROB_EPS) -> floa
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
 
 
+def brier(y_true: ArrayLike, y_prob: ArrayLike) -> float:
+    """Mean squared difference between the predicted probability and the 0/1 label."""
+    y = np.asarray(y_true, dtype=np.float64).ravel()
+    p = np.asarray(y_prob, dtype=np.float64).ravel()
+    return float(np.mean((p - y) ** 2))
+
+
+def expected_calibration_error(y_true: ArrayLike, y_prob: ArrayLike, n_bins: int = 10) -> float:
+    """Row-weighted mean of |mean label - mean probability| over equal-width bins on [0, 1]."""
+    y = np.asarray(y_true, dtype=np.float64).ravel()
+    p = np.asarray(y_prob, dtype=np.float64).ravel()
+    if y.size == 0:
+        raise ValueError("expected_calibration_error needs at least one row")
+    # Bin i holds [i/n, (i+1)/n); clipping puts p == 1.0 in the last bin rather than its own.
+    bins = np.clip((p * n_bins).astype(np.int64), 0, n_bins - 1)
+    label_sums = np.bincount(bins, weights=y, minlength=n_bins)
+    prob_sums = np.bincount(bins, weights=p, minlength=n_bins)
+    # |mean(y) - mean(p)| * n_bin / n equals |sum(y) - sum(p)| / n, and empty bins add zero.
+    return float(np.abs(label_sums - prob_sums).sum() / y.size)
+
+
 def binary_metrics(y_true: ArrayLike, y_prob: ArrayLike) -> dict[str, float]:
-    """Return ``{"auroc": ..., "logloss": ...}`` for one set of predictions."""
-    return {"auroc": auroc(y_true, y_prob), "logloss": logloss(y_true, y_prob)}
+    """Return ``{"auroc", "logloss", "brier", "ece"}`` for one set of predictions."""
+    return {
+        "auroc": auroc(y_true, y_prob),
+        "logloss": logloss(y_true, y_prob),
+        "brier": brier(y_true, y_prob),
+        "ece": expected_calibration_error(y_true, y_prob),
+    }

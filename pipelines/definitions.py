@@ -8,13 +8,18 @@ import dagster as dg
 
 from pipelines.contracts import load_task
 from pipelines.defs.datasets.assets import build_dataset_assets
+from pipelines.defs.evaluation.assets import build_evaluation_assets
 from pipelines.defs.ingestion.assets import build_ingestion_assets
 from pipelines.defs.ingestion.sensors import build_landing_sensor
 from pipelines.defs.labeling.assets import build_labeling_assets
 from pipelines.defs.labeling.triggers import build_labeling_triggers
+from pipelines.defs.monitoring.assets import build_monitoring_assets
+from pipelines.defs.monitoring.triggers import build_monitoring_triggers
+from pipelines.defs.scoring.assets import build_scoring_assets
 from pipelines.defs.training.assets import GPU_TAGS, build_training_assets
 from pipelines.defs.warehouse.assets import build_dbt_assets
 from pipelines.lib.partitions import daily_partitions
+from pipelines.policy import load_policies
 from pipelines.resources import build_resources
 
 
@@ -25,12 +30,15 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
     daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]
     reference_raw = [ingestion[f.asset_name] for f in task.reference_feeds]
     daily_dbt, reference_dbt, training_dbt = build_dbt_assets(task)
+    monitoring_policy, promotion_policy = load_policies(task)
+    (predictions,) = build_scoring_assets(task)
+    feature_drift, model_performance = build_monitoring_assets(task, monitoring_policy)
 
     daily_job = dg.define_asset_job(
         "daily_warehouse_job",
-        selection=dg.AssetSelection.assets(*daily_raw, daily_dbt),
+        selection=dg.AssetSelection.assets(*daily_raw, daily_dbt, predictions, feature_drift),
         partitions_def=daily_partitions(task),
-        description="Ingest landing days and build their warehouse models.",
+        description="Ingest landing days, build their models, score their flights, check drift.",
     )
     reference_job = dg.define_asset_job(
         "reference_warehouse_job",
@@ -41,7 +49,7 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         task,
         daily_job,
         reference_job,
-        daily_downstream=list(daily_dbt.keys),
+        daily_downstream=[*daily_dbt.keys, predictions.key, feature_drift.key],
         reference_downstream=list(reference_dbt.keys),
     )
     label_tasks, labels = build_labeling_assets(task)
@@ -54,18 +62,23 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
     )
     label_import_job = dg.define_asset_job(
         "label_import_job",
-        selection=dg.AssetSelection.assets(labels),
+        selection=dg.AssetSelection.assets(labels, model_performance),
         partitions_def=daily_partitions(task),
-        description="Import the labels delivered to the inbox on a day.",
+        description="Import the labels delivered on a day; measure the champion's performance.",
     )
     export_schedule, inbox_sensor = build_labeling_triggers(label_export_job, label_import_job)
     training = build_training_assets(task.name)
-    training_job = dg.define_asset_job(
-        "training_job",
-        selection=dg.AssetSelection.assets(*training),
+    evaluation = build_evaluation_assets(task, promotion_policy)
+    retraining_job = dg.define_asset_job(
+        "retraining_job",
+        selection=dg.AssetSelection.assets(training_dbt, *datasets, *training, *evaluation),
         # The run's tags ask a Kubernetes run launcher for a GPU pod.
         tags=GPU_TAGS,
-        description="Tune, refit and register a challenger model on the latest dataset.",
+        description="Cut a dataset from the newest labels, train a challenger, evaluate it and "
+        "promote it if it passes the gate.",
+    )
+    drift_sensor, performance_sensor, retraining_schedule = build_monitoring_triggers(
+        retraining_job, monitoring_policy
     )
     dataset_job = dg.define_asset_job(
         "dataset_job",
@@ -82,6 +95,10 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
             labels,
             *datasets,
             *training,
+            predictions,
+            feature_drift,
+            model_performance,
+            *evaluation,
         ],
         jobs=[
             daily_job,
@@ -89,10 +106,10 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
             label_export_job,
             label_import_job,
             dataset_job,
-            training_job,
+            retraining_job,
         ],
-        schedules=[export_schedule],
-        sensors=[landing_sensor, inbox_sensor],
+        schedules=[export_schedule, retraining_schedule],
+        sensors=[landing_sensor, inbox_sensor, drift_sensor, performance_sensor],
         resources=build_resources(env),
     )
 

@@ -85,9 +85,7 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
     """Every resource of the code location, keyed by role, for `env`."""
     # dbt and MLflow are imported here, not at module level: the simulator imports this module
     # for the landing zone and should not pay for parsing the dbt project or importing MLflow.
-    from dagster_dbt import DbtCliResource
-
-    from pipelines.lib.dbt import dbt_executable, dbt_project
+    from pipelines.lib.dbt import FlywheelDbtCliResource, dbt_executable, dbt_project
     from pipelines.lib.tracking import tracker_resource, tuning_storage
 
     env = env or current_env()
@@ -98,5 +96,7 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
         "tracker": tracker_resource(env, flywheel_home()),
         "tuning_storage": tuning_storage(env, flywheel_home()),
         "warehouse": DuckDBWarehouse(path=warehouse_path()),
-        "dbt": DbtCliResource(project_dir=dbt_project, target=env, dbt_executable=dbt_executable()),
+        "dbt": FlywheelDbtCliResource(
+            project_dir=dbt_project, target=env, dbt_executable=dbt_executable()
+        ),
     }

@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -28,6 +28,11 @@ class TickReport:
 
     runs: list[tuple[str, str | None, float]] = field(default_factory=list)
     skipped: int = 0
+
+    def extend(self, other: TickReport) -> None:
+        """Add another tick's runs and skips to this one."""
+        self.runs.extend(other.runs)
+        self.skipped += other.skipped
 
 
 def failure_message(result: dg.ExecuteInProcessResult) -> str:
@@ -47,10 +52,16 @@ def execute_request(
     instance: dg.DagsterInstance,
     request: dg.RunRequest,
     tags: dict[str, str],
+    run_config: dict | None = None,
 ) -> tuple[str, str | None, float]:
-    """Execute one run request in process on the instance; RunFailedError if it fails."""
+    """Execute one run request in process on the instance; RunFailedError if it fails.
+
+    `run_config` (an operator's job config) is merged over the request's own.
+    """
     started = time.monotonic()
+    config = {**(request.run_config or {}), **(run_config or {})}
     result = defs.resolve_job_def(request.job_name).execute_in_process(
+        run_config=config or None,
         instance=instance,
         partition_key=request.partition_key,
         asset_selection=list(request.asset_selection or []) or None,
@@ -68,10 +79,18 @@ def execute_request(
 class SensorTicker:
     """Ticks one sensor of a code location and executes its run requests in process."""
 
-    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, name: str, state: Path):
+    def __init__(
+        self,
+        defs: dg.Definitions,
+        instance: dg.DagsterInstance,
+        name: str,
+        state: Path,
+        run_configs: dict[str, dict] | None = None,
+    ):
         self.defs, self.instance, self.name = defs, instance, name
         self.sensor = defs.resolve_sensor_def(name)
         self.cursor_path = state / f"{name}.cursor.json"
+        self.run_configs = run_configs or {}
 
     def _already_ran(self, run_key: str) -> bool:
         tags = {"dagster/sensor_name": self.name, "dagster/run_key": run_key}
@@ -96,7 +115,8 @@ class SensorTicker:
             if request.job_name is None:
                 request = request.with_replaced_attrs(job_name=self.sensor.job_name)
             tags = {"dagster/sensor_name": self.name, "dagster/run_key": request.run_key or ""}
-            report.runs.append(execute_request(self.defs, self.instance, request, tags))
+            config = self.run_configs.get(request.job_name)
+            report.runs.append(execute_request(self.defs, self.instance, request, tags, config))
         if result.cursor is not None:
             self.cursor_path.parent.mkdir(parents=True, exist_ok=True)
             self.cursor_path.write_text(result.cursor)
@@ -115,8 +135,74 @@ def warehouse_summary(defs: dg.Definitions) -> dict[str, int]:
     return {k: int(v) for k, v in json.loads(counts.to_json(orient="records"))[0].items()}
 
 
+class ScheduleTicker:
+    """Ticks one schedule at given simulated times and executes what it requests in process."""
+
+    def __init__(
+        self,
+        defs: dg.Definitions,
+        instance: dg.DagsterInstance,
+        name: str,
+        run_configs: dict[str, dict] | None = None,
+    ):
+        self.defs, self.instance, self.name = defs, instance, name
+        self.schedule = defs.resolve_schedule_def(name)
+        self.run_configs = run_configs or {}
+
+    def due(self, start: datetime, end: datetime) -> list[datetime]:
+        """The schedule's tick times in [start, end)."""
+        # Dagster's own cron iteration (what its daemon uses); not part of the public API.
+        from dagster._utils.schedules import schedule_execution_time_iterator
+
+        ticks = schedule_execution_time_iterator(
+            start.timestamp(), self.schedule.cron_schedule, self.schedule.execution_timezone
+        )
+        due = []
+        for moment in ticks:
+            if moment >= end:
+                break
+            if moment >= start:
+                due.append(moment)
+        return due
+
+    def tick(self, moment: datetime) -> TickReport:
+        """Evaluate the schedule as at `moment` and execute its requests (each run key once)."""
+        context = dg.build_schedule_context(
+            instance=self.instance, scheduled_execution_time=moment, resources=self.defs.resources
+        )
+        data = self.schedule.evaluate_tick(context)
+        report = TickReport()
+        for request in data.run_requests or []:
+            tags = {"dagster/schedule_name": self.name, "dagster/run_key": request.run_key or ""}
+            runs = self.instance.get_run_records(dg.RunsFilter(tags=tags), limit=1)
+            if request.run_key and runs:
+                report.skipped += 1
+                continue
+            request = request.with_replaced_attrs(job_name=self.schedule.job_name)
+            config = self.run_configs.get(request.job_name)
+            report.runs.append(execute_request(self.defs, self.instance, request, tags, config))
+        return report
+
+
+def latest_metadata(instance: dg.DagsterInstance, asset: str) -> dict[str, str]:
+    """The latest materialization's metadata of `asset` as text (empty if never materialized)."""
+    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    if event is None or event.asset_materialization is None:
+        return {}
+    metadata = event.asset_materialization.metadata
+    return {k: str(v.value) for k, v in metadata.items() if not k.startswith("dagster/")}
+
+
+RETRAINING_JOB = "retraining_job"
+MONITORING_SENSORS = ("drift_sensor", "performance_sensor")
+
+
 class FlywheelDriver:
-    """Plays simulated days: the world lands files and answers labels, the pipeline reacts."""
+    """Plays simulated days: the world lands files and answers labels, the pipeline reacts.
+
+    Retraining triggers (the monitoring sensors and the weekly schedule) are ticked once
+    `retraining` is on: an operator trains the first model (`retrain`), then turns them on.
+    """
 
     def __init__(
         self,
@@ -125,14 +211,20 @@ class FlywheelDriver:
         state: Path,
         land: Callable[[date], None],
         deliver_labels: Callable[[date], None],
+        run_configs: dict[str, dict] | None = None,
     ):
         self.defs, self.instance = defs, instance
         self.land, self.deliver_labels = land, deliver_labels
-        self.landing = SensorTicker(defs, instance, "landing_sensor", state)
-        self.inbox = SensorTicker(defs, instance, "inbox_sensor", state)
+        self.run_configs = run_configs or {}
+        tick = {"state": state, "run_configs": self.run_configs}
+        self.landing = SensorTicker(defs, instance, "landing_sensor", **tick)
+        self.inbox = SensorTicker(defs, instance, "inbox_sensor", **tick)
+        self.monitors = [SensorTicker(defs, instance, n, **tick) for n in MONITORING_SENSORS]
+        self.schedule = ScheduleTicker(defs, instance, "retraining_schedule", self.run_configs)
+        self.retraining = False
 
     def day(self, day: date) -> TickReport:
-        """Land the day, ingest it, export its label tasks, receive and import labels."""
+        """Land the day and let the pipeline react: ingest, score, monitor, label, retrain."""
         self.land(day)
         report = self.landing.tick()
         # What label_export_schedule launches at the end of the day, for that day.
@@ -140,23 +232,24 @@ class FlywheelDriver:
         tags = {"dagster/schedule_name": "label_export_schedule"}
         report.runs.append(execute_request(self.defs, self.instance, export, tags))
         self.deliver_labels(day)
-        inbox = self.inbox.tick()
-        report.runs.extend(inbox.runs)
-        report.skipped += inbox.skipped
+        tickers = [self.inbox, *self.monitors] if self.retraining else [self.inbox]
+        for ticker in tickers:
+            report.extend(ticker.tick())
+        if self.retraining:
+            # The night after `day`: the weekly schedule's ticks up to the next day's landing.
+            night = datetime.combine(day, datetime.min.time(), tzinfo=UTC) + timedelta(days=1)
+            for moment in self.schedule.due(night, night + timedelta(days=1)):
+                report.extend(self.schedule.tick(moment))
         return report
 
-    def dataset(self) -> dict[str, str]:
-        """Cut a versioned training dataset from every label so far; its DVC hash and path."""
-        request = dg.RunRequest(job_name="dataset_job")
-        execute_request(self.defs, self.instance, request, {"flywheel/trigger": "main job"})
-        event = self.instance.get_latest_materialization_event(dg.AssetKey("training_dataset"))
-        metadata = event.asset_materialization.metadata
-        return {k: str(metadata[k].value) for k in ("dvc_hash", "pointer", "dagster/row_count")}
+    def retrain(self, trigger: str, event_day: date) -> tuple[str, str | None, float]:
+        """An operator's retraining run: dataset, challenger, evaluation, promotion gate."""
+        request = dg.RunRequest(job_name=RETRAINING_JOB)
+        tags = {"flywheel/trigger": trigger, "flywheel/event_day": event_day.isoformat()}
+        return execute_request(
+            self.defs, self.instance, request, tags, self.run_configs.get(RETRAINING_JOB)
+        )
 
-    def train(self) -> dict[str, str]:
-        """Tune, refit and register a challenger on the latest dataset; what it reports."""
-        request = dg.RunRequest(job_name="training_job")
-        execute_request(self.defs, self.instance, request, {"flywheel/trigger": "main job"})
-        event = self.instance.get_latest_materialization_event(dg.AssetKey("challenger_model"))
-        metadata = event.asset_materialization.metadata
-        return {k: str(v.value) for k, v in metadata.items() if not k.startswith("dagster/")}
+    def decision(self) -> dict[str, str]:
+        """What the latest promotion gate decided, and on which versions."""
+        return latest_metadata(self.instance, "champion_model")

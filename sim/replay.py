@@ -16,6 +16,7 @@ import pandas as pd
 from pipelines.contracts import FeedSpec, TaskSpec, load_task
 from pipelines.lib.landing_zone import LandingZone
 from sim import nycflights
+from sim.drift import Transform
 
 
 @dataclass
@@ -51,17 +52,22 @@ def day_bounds(task: TaskSpec) -> tuple[date, date]:
     return first, last
 
 
-def day_files(day: date, task: TaskSpec | None = None) -> dict[str, bytes]:
-    """The landing key and bytes of every daily feed's file for `day`."""
+def day_files(
+    day: date, task: TaskSpec | None = None, drift: Transform | None = None
+) -> dict[str, bytes]:
+    """The landing key and bytes of every daily feed's file for `day` (with planted drift)."""
     task = task or load_task()
     first, last = day_bounds(task)
     if not first <= day <= last:
         raise ValueError(f"{day} is outside task {task.name!r} ({first} to {last})")
     source = nycflights.load()
-    return {
-        feed.landing_key(day): render_csv(source.day(feed.name, day), feed)
-        for feed in task.daily_feeds
-    }
+    files = {}
+    for feed in task.daily_feeds:
+        frame = source.day(feed.name, day)
+        if drift is not None:
+            frame = drift(feed.name, day, frame)
+        files[feed.landing_key(day)] = render_csv(frame, feed)
+    return files
 
 
 def reference_files(task: TaskSpec | None = None) -> dict[str, bytes]:
@@ -79,13 +85,14 @@ def land_days(
     days: Iterable[date],
     task: TaskSpec | None = None,
     on_day: Callable[[date], None] | None = None,
+    drift: Transform | None = None,
 ) -> LandingReport:
     """Land the reference files, then each day's files; identical files are left as they are."""
     task = task or load_task()
     report = LandingReport()
     report.record(zone, reference_files(task))
     for day in days:
-        files = day_files(day, task)
+        files = day_files(day, task, drift)
         report.record(zone, files)
         report.days.append(day)
         if "flights" in task.feeds:

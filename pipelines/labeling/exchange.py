@@ -24,6 +24,7 @@ from pipelines.labeling import (
     select_for_labeling,
 )
 from pipelines.lib.landing_zone import LandingZone
+from pipelines.lib.warehouse import has_relation, insert_rows, replace_rows
 
 PREDICTIONS = "flight_predictions"  # written by batch scoring; absent until a model exists
 DRIFT_FLAGS = "drift_flagged_segments"  # written by drift monitoring; absent until it runs
@@ -55,19 +56,12 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    found = con.execute(
-        "select count(*) from information_schema.tables where table_name = ?", [name]
-    ).fetchone()
-    return bool(found and found[0])
-
-
 def export_candidates(con: duckdb.DuckDBPyConnection, task: TaskSpec, day: str) -> pd.DataFrame:
     """Features of the day's flights never exported on another day, with the champion's score."""
     tasks = f"{RAW_SCHEMA}.{task.label_tasks_table}"
     scores = (
         f"left join {PREDICTIONS} p on p.flight_id = f.flight_id"
-        if _has_relation(con, PREDICTIONS)
+        if has_relation(con, PREDICTIONS)
         else "left join (select null::varchar as flight_id, null::double as probability, "
         "null::varchar as model_version) p on false"
     )
@@ -81,7 +75,7 @@ def export_candidates(con: duckdb.DuckDBPyConnection, task: TaskSpec, day: str) 
 
 def flagged_segments(con: duckdb.DuckDBPyConnection, day: str) -> pd.DataFrame | None:
     """Segments drift monitoring flagged before `day` (segment_type, segment_value), if any."""
-    if not _has_relation(con, DRIFT_FLAGS):
+    if not has_relation(con, DRIFT_FLAGS):
         return None
     return con.execute(
         f"select distinct segment_type, segment_value from {DRIFT_FLAGS} where flagged_at < ?",
@@ -127,7 +121,7 @@ def export_day(
             "_landing_date": pd.Timestamp(day).date(),
         }
     )
-    _replace(con, f"{RAW_SCHEMA}.{task.label_tasks_table}", "_landing_date", day, rows)
+    replace_rows(con, f"{RAW_SCHEMA}.{task.label_tasks_table}", "_landing_date", day, rows)
     return ExportReport(
         batch_id=batch_id,
         key=key,
@@ -173,47 +167,16 @@ def import_day(
     )
     con.execute("begin transaction")
     try:
-        _replace(con, labels, "_delivery_date", day, good, transaction=False)
+        replace_rows(con, labels, "_delivery_date", day, good, transaction=False)
         con.execute(
             f"delete from {RAW_SCHEMA}.quarantine where feed = ? and landing_date = ?",
             [task.labels_table, day],
         )
         if len(bad):
-            _insert(con, f"{RAW_SCHEMA}.quarantine", bad)
+            insert_rows(con, f"{RAW_SCHEMA}.quarantine", bad)
         con.execute("commit")
     except BaseException:
         con.execute("rollback")
         raise
     reasons = bad.reason.str.split(" \\(").str[0].value_counts().to_dict() if len(bad) else {}
     return ImportReport(files, len(good), len(bad), reasons)
-
-
-def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: pd.DataFrame) -> None:
-    con.register("_rows", rows)
-    try:
-        con.execute(f"insert into {table} by name select * from _rows")
-    finally:
-        con.unregister("_rows")
-
-
-def _replace(
-    con: duckdb.DuckDBPyConnection,
-    table: str,
-    column: str,
-    day: str,
-    rows: pd.DataFrame,
-    transaction: bool = True,
-) -> None:
-    """Replace the rows of `table` whose `column` is `day` with `rows`."""
-    if transaction:
-        con.execute("begin transaction")
-    try:
-        con.execute(f"delete from {table} where {column} = ?", [day])
-        if len(rows):
-            _insert(con, table, rows)
-        if transaction:
-            con.execute("commit")
-    except BaseException:
-        if transaction:
-            con.execute("rollback")
-        raise

@@ -5,16 +5,24 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import date
+from functools import cached_property
+from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Any
 
 from dagster_dbt import (
     DagsterDbtTranslator,
     DagsterDbtTranslatorSettings,
+    DbtCliInvocation,
     DbtCliResource,
     DbtProject,
 )
+from packaging.version import Version
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt_project"
 
@@ -29,14 +37,6 @@ def dbt_executable() -> str:
     return shutil.which("dbt") or "dbt"
 
 
-# Under `dagster dev` the manifest is re-parsed on every load, so model edits show at once;
-# elsewhere `make setup` parses it. (DbtProject.prepare_if_dev would look for dbt on PATH.)
-if os.getenv("DAGSTER_IS_DEV_CLI"):
-    DbtCliResource(project_dir=dbt_project, dbt_executable=dbt_executable()).cli(
-        ["parse", "--quiet"], target_path=dbt_project.target_path
-    ).wait()
-
-
 class FlywheelDbtTranslator(DagsterDbtTranslator):
     """dbt models land in the `warehouse` group; tests become asset checks (errors block)."""
 
@@ -47,3 +47,94 @@ class FlywheelDbtTranslator(DagsterDbtTranslator):
         if dbt_resource_props["resource_type"] == "source":
             return super().get_group_name(dbt_resource_props)
         return "warehouse"
+
+
+class FlywheelDbtCliResource(DbtCliResource):
+    """DbtCliResource without the seconds each run spends before dbt starts.
+
+    DbtCliResource runs `dbt --version` once per resource instance, i.e. once per run, and builds
+    a dbt adapter in the run's process before each command (importing dbt-core there) only to
+    fetch row counts or column metadata, which these assets do not ask for.
+    """
+
+    @cached_property
+    def _cli_version(self) -> Version:
+        # The dbt of this interpreter's environment is the installed dbt-core.
+        if Path(self.dbt_executable).parent in _environment_bin_folders():
+            return Version(installed_version("dbt-core"))
+        return super()._cli_version
+
+    def _initialize_dbt_core_adapter(self, args: Sequence[str]) -> Any:
+        return None
+
+
+def _environment_bin_folders() -> set[Path]:
+    return {Path(sys.prefix) / "bin", Path(sys.executable).parent}
+
+
+# The environment variables the daily models read their window of flight days from
+# (macros/date_window.sql): min inclusive, max exclusive.
+WINDOW_ENV_VARS = ("FLYWHEEL_MIN_DATE", "FLYWHEEL_MAX_DATE")
+
+_environ_lock = threading.Lock()
+
+PARTIAL_PARSE_FILE = "partial_parse.msgpack"
+
+
+@contextmanager
+def date_window_env(start: date, end: date) -> Iterator[None]:
+    """Set the window [start, end) in the environment of the dbt commands started inside."""
+    # DbtCliResource.cli takes no environment of its own: it copies os.environ for the dbt
+    # subprocess it starts before returning. Enter this around `dbt.cli(...)` only, not around
+    # streaming its events; the lock keeps threads that start dbt from mixing windows.
+    values = dict(zip(WINDOW_ENV_VARS, (start.isoformat(), end.isoformat()), strict=True))
+    with _environ_lock:
+        previous = {name: os.environ.get(name) for name in WINDOW_ENV_VARS}
+        os.environ.update(values)
+        try:
+            yield
+        finally:
+            for name, value in previous.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+# Set to keep every successful invocation's target folder (manifest, compiled SQL, debug log).
+KEEP_TARGETS_ENV = "FLYWHEEL_DBT_KEEP_TARGETS"
+
+
+def stream_and_keep_parse_state(invocation: DbtCliInvocation) -> Iterator[Any]:
+    """The invocation's Dagster events; once all succeeded, its parse state seeds the next.
+
+    The invocation's own target folder (about 5 MB) is then removed unless KEEP_TARGETS_ENV is
+    set: a daily run would otherwise leave one per partition. A failed invocation keeps it, with
+    the dbt.log that Dagster's error points to.
+    """
+    yield from invocation.stream()
+    keep_parse_state(invocation)
+    if not os.getenv(KEEP_TARGETS_ENV):
+        shutil.rmtree(invocation.target_path)
+
+
+def keep_parse_state(invocation: DbtCliInvocation) -> None:
+    """Make a finished invocation's partial-parse state the one the next invocation starts from."""
+    # dagster-dbt gives each invocation its own target folder, seeded with the project's
+    # partial_parse.msgpack; dbt rejects a state parsed with other vars or another --target (as
+    # `dbt parse` without --target leaves), so without this every invocation parses everything.
+    state = invocation.target_path / PARTIAL_PARSE_FILE
+    seed = invocation.project_dir / os.getenv("DBT_TARGET_PATH", "target") / PARTIAL_PARSE_FILE
+    if not state.exists():
+        return
+    partial = seed.with_name(f".{PARTIAL_PARSE_FILE}.{uuid.uuid4().hex[:8]}")
+    shutil.copyfile(state, partial)
+    os.replace(partial, seed)  # atomic: a concurrent invocation copies the old or the new
+
+
+# Under `dagster dev` the manifest is re-parsed on every load, so model edits show at once;
+# elsewhere `make setup` parses it. (DbtProject.prepare_if_dev would look for dbt on PATH.)
+if os.getenv("DAGSTER_IS_DEV_CLI"):
+    FlywheelDbtCliResource(project_dir=dbt_project, dbt_executable=dbt_executable()).cli(
+        ["parse", "--quiet"], target_path=dbt_project.target_path
+    ).wait()

@@ -66,7 +66,7 @@ class MlflowTracker(dg.ConfigurableResource):
 
         experiment_id = self.experiment_id()
         with (
-            _process_wide_store(self.tracking_uri, self.registry_uri),
+            process_wide_store(self.tracking_uri, self.registry_uri),
             mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags) as run,
         ):
             yield run
@@ -196,7 +196,7 @@ def tuning_storage(env: str, home: Path) -> TuningStorage:
 
 
 @contextmanager
-def _process_wide_store(tracking_uri: str, registry_uri: str | None) -> Iterator[None]:
+def process_wide_store(tracking_uri: str, registry_uri: str | None) -> Iterator[None]:
     import mlflow
     from mlflow.environment_variables import MLFLOW_REGISTRY_URI
 

@@ -57,3 +57,45 @@ class DuckDBWarehouse(dg.ConfigurableResource):
         """Run a read query and return its result as a DataFrame."""
         with self.connect() as con:
             return con.execute(sql, params or []).df()
+
+
+def has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether a table or view called `name` exists."""
+    (found,) = con.execute(
+        "select count(*) from information_schema.tables where table_name = ?", [name]
+    ).fetchall()
+    return bool(found[0])
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: pd.DataFrame) -> None:
+    """Insert `rows` into `table`, matching columns by name."""
+    con.register("_rows", rows)
+    try:
+        con.execute(f"insert into {table} by name select * from _rows")
+    finally:
+        con.unregister("_rows")
+
+
+def replace_rows(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    column: str,
+    day: str | tuple[str, str],
+    rows: pd.DataFrame,
+    transaction: bool = True,
+) -> None:
+    """Replace the rows of `table` whose `column` is `day` (or within a (first, last) range)
+    with `rows`, in one transaction unless the caller holds one."""
+    first, last = day if isinstance(day, tuple) else (day, day)
+    if transaction:
+        con.execute("begin transaction")
+    try:
+        con.execute(f"delete from {table} where {column} between ? and ?", [first, last])
+        if len(rows):
+            insert_rows(con, table, rows)
+        if transaction:
+            con.execute("commit")
+    except BaseException:
+        if transaction:
+            con.execute("rollback")
+        raise

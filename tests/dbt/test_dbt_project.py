@@ -1,5 +1,6 @@
 """The dbt project on its own: unit tests of model logic and every data test on empty sources."""
 
+import json
 import os
 import subprocess
 import sys
@@ -37,3 +38,49 @@ def test_dbt_build_empty_runs_unit_tests_and_checks(tmp_path):
         line for line in out.stdout.splitlines() if " PASS " in line and "::" in line
     ]
     assert len(passed_unit_tests) >= 5, out.stdout[-3000:]
+
+
+def dbt_json_events(env: dict[str, str], *args: str) -> list[dict]:
+    """Run dbt in the project with JSON logs; the events it printed (asserting it succeeded)."""
+    out = subprocess.run(
+        [Path(sys.executable).with_name("dbt"), *args, "--profiles-dir", "."],
+        cwd=DBT_PROJECT_DIR,
+        env=env | {"DBT_LOG_FORMAT": "json"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_a_new_date_window_compiles_into_the_sql_without_reparsing(tmp_path):
+    warehouse = tmp_path / "warehouse.duckdb"
+    with duckdb.connect(str(warehouse)) as con:
+        ensure_raw_tables(con, load_task())
+    target = tmp_path / "target"
+    env = os.environ | {
+        "FLYWHEEL_WAREHOUSE_PATH": str(warehouse),
+        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+        "DBT_TARGET_PATH": str(target),
+        "DBT_LOG_PATH": str(tmp_path / "logs"),
+    }
+    compile_daily = ("compile", "--select", "tag:daily", "--target", "local")
+    dbt_json_events(
+        env | {"FLYWHEEL_MIN_DATE": "2013-01-01", "FLYWHEEL_MAX_DATE": "2013-01-02"}, *compile_daily
+    )
+
+    events = dbt_json_events(
+        env | {"FLYWHEEL_MIN_DATE": "2013-02-03", "FLYWHEEL_MAX_DATE": "2013-02-05"},
+        *compile_daily,
+        "--debug",
+    )
+    names = {e["info"]["name"] for e in events}
+    # Nothing re-parsed: partial parsing found no changed file (a changed var re-parses all).
+    assert "PartialParsingSkipParsing" in names
+    assert not {"UnableToPartialParse", "PartialParsingFile"} & names
+    compiled = (
+        target / "compiled" / "flywheel" / "models" / "marts" / "fct_flight_features.sql"
+    ).read_text()
+    assert "flight_date >= cast('2013-02-03' as date)" in compiled
+    assert "flight_date < cast('2013-02-05' as date)" in compiled

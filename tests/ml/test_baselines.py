@@ -3,20 +3,30 @@
 import pandas as pd
 import pytest
 
-from ml.baselines import evaluate_baselines
+from ml import baselines
+from ml.baselines import baseline_predictions, evaluate_baselines
 from ml.data import TabularDataModule
-from ml.metrics import auroc
+from ml.metrics import auroc, binary_metrics
 
 
-def test_baselines_score_the_same_validation_split(splits: dict[str, pd.DataFrame]) -> None:
+def test_baselines_score_the_same_validation_split(
+    splits: dict[str, pd.DataFrame], monkeypatch: pytest.MonkeyPatch
+) -> None:
     dm = TabularDataModule(splits["train"], splits["val"])
+    predictions = baseline_predictions(dm)
+    assert set(predictions) == {"logistic_regression", "hist_gradient_boosting"}
+    # The baselines are fitted once: evaluate_baselines is checked to score exactly these.
+    monkeypatch.setattr(baselines, "baseline_predictions", lambda *args: predictions)
     results = evaluate_baselines(dm)
-    assert set(results) == {"logistic_regression", "hist_gradient_boosting"}
-    for metrics in results.values():
+    y = dm.splits["val"][2].numpy()
+    assert set(results) == set(predictions)
+    for name, metrics in results.items():
+        assert predictions[name].shape == (len(splits["val"]),)
+        assert metrics == binary_metrics(y, predictions[name])
         # The fixture's signal is learnable: both models beat chance and a constant predictor.
         assert 0.6 < metrics["auroc"] <= 1.0
         assert 0.0 < metrics["logloss"] < 0.69
-    y = dm.splits["val"][2].numpy()
+        assert 0.0 < metrics["brier"] < 0.25 and 0.0 <= metrics["ece"] < 0.2
     assert auroc(y, y) == 1.0 and len(y) == len(splits["val"])
 
 

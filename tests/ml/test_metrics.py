@@ -1,10 +1,10 @@
-"""The numpy metrics agree with scikit-learn, including tied scores and clipping."""
+"""The numpy metrics agree with scikit-learn and with values worked out by hand."""
 
 import numpy as np
 import pytest
-from sklearn.metrics import log_loss, roc_auc_score
+from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
-from ml.metrics import auroc, logloss
+from ml.metrics import auroc, binary_metrics, brier, expected_calibration_error, logloss
 
 
 def test_auroc_matches_sklearn_with_ties() -> None:
@@ -28,3 +28,34 @@ def test_logloss_matches_sklearn_and_clips() -> None:
     assert logloss(y, p) == pytest.approx(log_loss(y, p), rel=1e-9)
     assert np.isfinite(logloss([1, 0], [0.0, 1.0]))
     assert logloss([1, 0], [0.0, 1.0]) == pytest.approx(-np.log(1e-7), rel=1e-6)
+
+
+def test_brier_by_hand_and_against_sklearn() -> None:
+    # (0.1^2 + 0.2^2 + 0.4^2 + 0.5^2) / 4 = (0.01 + 0.04 + 0.16 + 0.25) / 4
+    assert brier([1, 0, 1, 0], [0.9, 0.2, 0.6, 0.5]) == pytest.approx(0.115, abs=1e-12)
+    rng = np.random.default_rng(2)
+    y, p = rng.random(500) < 0.3, rng.random(500)
+    assert brier(y, p) == pytest.approx(brier_score_loss(y, p), rel=1e-12)
+
+
+def test_expected_calibration_error_by_hand() -> None:
+    y, p = [0, 1, 1, 0], [0.05, 0.15, 0.95, 1.0]
+    # Bins of width 0.1: [0, 0.1) holds 0.05 (gap 0.05), [0.1, 0.2) holds 0.15 (gap 0.85), and
+    # the last bin holds 0.95 and 1.0: mean label 0.5 vs mean probability 0.975 (gap 0.475).
+    by_hand = (1 * 0.05 + 1 * 0.85 + 2 * 0.475) / 4
+    assert expected_calibration_error(y, p) == pytest.approx(by_hand, abs=1e-12)
+    # Two bins, [0, 0.5) and [0.5, 1]: |0.5 - 0.1| and |0.5 - 0.975|, two rows each.
+    assert expected_calibration_error(y, p, n_bins=2) == pytest.approx(
+        (2 * 0.4 + 2 * 0.475) / 4, abs=1e-12
+    )
+    assert expected_calibration_error([0, 1], [0.0, 1.0]) == 0.0
+
+
+def test_binary_metrics_has_every_metric() -> None:
+    y, p = [0, 1, 1, 0], [0.05, 0.15, 0.95, 1.0]
+    assert binary_metrics(y, p) == {
+        "auroc": auroc(y, p),
+        "logloss": logloss(y, p),
+        "brier": brier(y, p),
+        "ece": expected_calibration_error(y, p),
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from datetime import date
 from functools import cache
 from pathlib import Path
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 
 from pipelines.definitions import build_definitions
+from pipelines.lib.datasets import dvc_executable
 from pipelines.lib.landing_zone import LocalLandingZone
 
 
@@ -80,3 +82,28 @@ def flywheel(tmp_path, monkeypatch) -> Flywheel:
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
         yield Flywheel(home, instance)
+
+
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def dvc_repo(tmp_path, monkeypatch) -> Path:
+    """A git checkout whose `data/` is a DVC repository, as in this project."""
+    return make_dvc_repo(tmp_path, monkeypatch)
+
+
+def make_dvc_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Create the checkout of `dvc_repo` under `tmp_path` and point FLYWHEEL_DVC_REPO at it."""
+    repo = tmp_path / "checkout"
+    (repo / "data").mkdir(parents=True)
+    git("init", "-q", cwd=repo)
+    git("config", "user.email", "test@example.com", cwd=repo)
+    git("config", "user.name", "test", cwd=repo)
+    subprocess.run([dvc_executable(), "init", "--subdir", "-q"], cwd=repo / "data", check=True)
+    subprocess.run(
+        [dvc_executable(), "config", "core.analytics", "false"], cwd=repo / "data", check=True
+    )
+    monkeypatch.setenv("FLYWHEEL_DVC_REPO", str(repo / "data"))
+    return repo

@@ -7,6 +7,7 @@ import duckdb
 import pytest
 
 from pipelines.definitions import build_definitions
+from pipelines.lib.dbt import FlywheelDbtCliResource
 from pipelines.lib.landing_zone import LocalLandingZone, S3LandingZone
 from pipelines.resources import landing_zone
 from sim.replay import land_days
@@ -28,6 +29,9 @@ def test_definitions_load_with_every_stage_grouped(flywheel):
     assert groups["label_tasks"] == groups["flight_labels"] == "labeling"
     assert groups["training_dataset"] == "datasets"
     assert groups["challenger_model"] == "training"
+    assert groups["model_evaluation"] == groups["champion_model"] == "evaluation"
+    assert groups["flight_predictions"] == "scoring"
+    assert groups["feature_drift"] == groups["model_performance"] == "monitoring"
     # Resolving every job fails if a job selects an asset the definitions lack.
     assert {j.name for j in defs.resolve_all_job_defs()} >= {
         "daily_warehouse_job",
@@ -35,13 +39,26 @@ def test_definitions_load_with_every_stage_grouped(flywheel):
         "label_export_job",
         "label_import_job",
         "dataset_job",
-        "training_job",
+        "retraining_job",
     }
-    assert defs.resolve_sensor_def("landing_sensor") is not None
+    for sensor in ("landing_sensor", "inbox_sensor", "drift_sensor", "performance_sensor"):
+        assert defs.resolve_sensor_def(sensor) is not None
+    for schedule in ("label_export_schedule", "retraining_schedule"):
+        assert defs.resolve_schedule_def(schedule) is not None
+    # The retraining run closes the loop: newest labels -> dataset -> model -> gate.
+    retraining = defs.resolve_job_def("retraining_job").asset_layer.executable_asset_keys
+    assert {k.to_user_string() for k in retraining} == {
+        "fct_labelled_flights",
+        "training_dataset",
+        "challenger_model",
+        "model_evaluation",
+        "champion_model",
+    }
     daily = graph.get(dg.AssetKey("fct_flight_features")).partitions_def
     assert daily.get_first_partition_key() == "2013-01-01"
     assert daily.get_last_partition_key() == "2013-12-31"
     assert isinstance(defs.resources["landing_zone"], LocalLandingZone)
+    assert isinstance(defs.resources["dbt"], FlywheelDbtCliResource)
 
 
 def test_an_unknown_environment_is_refused(monkeypatch):

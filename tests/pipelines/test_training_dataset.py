@@ -1,37 +1,16 @@
 """training_dataset: time-split Parquet snapshots, versioned by DVC, reproducible from a clone."""
 
 import hashlib
-import subprocess
 from pathlib import Path
 
 import dagster as dg
 import duckdb
 import numpy as np
 import pandas as pd
-import pytest
 
 from pipelines.definitions import build_definitions
-from pipelines.lib.datasets import DvcDatasetStore, dvc_executable
-
-
-def git(*args: str, cwd: Path) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
-
-
-@pytest.fixture
-def dvc_repo(tmp_path, monkeypatch) -> Path:
-    """A git checkout whose `data/` is a DVC repository, as in this project."""
-    repo = tmp_path / "checkout"
-    (repo / "data").mkdir(parents=True)
-    git("init", "-q", cwd=repo)
-    git("config", "user.email", "test@example.com", cwd=repo)
-    git("config", "user.name", "test", cwd=repo)
-    subprocess.run([dvc_executable(), "init", "--subdir", "-q"], cwd=repo / "data", check=True)
-    subprocess.run(
-        [dvc_executable(), "config", "core.analytics", "false"], cwd=repo / "data", check=True
-    )
-    monkeypatch.setenv("FLYWHEEL_DVC_REPO", str(repo / "data"))
-    return repo
+from pipelines.lib.datasets import DvcDatasetStore
+from tests.pipelines.conftest import git
 
 
 def write_examples(warehouse: Path, days: int, seed: int = 0) -> pd.DataFrame:

@@ -1,14 +1,26 @@
 """The warehouse through Dagster: exact feature rows, blocking checks, no leakage, no collisions."""
 
+import json
 import os
 import subprocess
 import sys
 from datetime import date, timedelta
+from importlib.metadata import version
 from pathlib import Path
 
 import dagster as dg
+import dagster_dbt.core.resource
 import duckdb
+from packaging.version import Version
 
+from pipelines.lib.dbt import (
+    KEEP_TARGETS_ENV,
+    WINDOW_ENV_VARS,
+    FlywheelDbtCliResource,
+    date_window_env,
+    dbt_executable,
+    dbt_project,
+)
 from sim.replay import land_days
 from tests.pipelines.conftest import source_rows, source_table
 
@@ -146,3 +158,57 @@ def test_two_partitions_materialized_at_once_both_complete(flywheel):
             )
         n = flywheel.scalar(f"select count(*) from fct_flight_features where flight_date = '{day}'")
         assert n == source_rows("flights", day)
+
+
+def dbt_event_names(log: Path) -> set[str]:
+    """The names of the events in a dbt.log written with JSON lines."""
+    lines = log.read_text().splitlines()
+    return {json.loads(line)["info"]["name"] for line in lines if line.startswith("{")}
+
+
+def test_a_partition_run_builds_only_its_days_and_reparses_nothing(flywheel, tmp_path, monkeypatch):
+    target = tmp_path / "dbt-target"  # the seed and the invocations' folders, as dagster-dbt
+    monkeypatch.setenv("DBT_TARGET_PATH", str(target))
+    monkeypatch.setenv(KEEP_TARGETS_ENV, "1")
+    for name in WINDOW_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
+    flywheel.run("reference_warehouse_job")  # parses everything: no parse state yet
+
+    flywheel.run("daily_warehouse_job", "2013-01-02")
+    built = flywheel.sql("select distinct flight_date from fct_flight_features")
+    assert built == [(date(2013, 1, 2),)]  # the window reached dbt: day 1 is landed, not built
+
+    result = flywheel.run("daily_warehouse_job", "2013-01-01")
+    [log] = target.glob(f"daily_dbt_models-{result.run_id[:7]}-*/dbt.log")
+    names = dbt_event_names(log)
+    assert "PartialParsingSkipParsing" in names
+    assert "UnableToPartialParse" not in names
+    assert not set(WINDOW_ENV_VARS) & set(os.environ)  # set for the dbt subprocess only
+    n = flywheel.scalar("select count(*) from fct_flight_features where flight_date = '2013-01-01'")
+    assert n == source_rows("flights", "2013-01-01")
+
+    # By default a successful invocation's target folder does not outlive it.
+    monkeypatch.delenv(KEEP_TARGETS_ENV)
+    result = flywheel.run("daily_warehouse_job", "2013-01-02")
+    assert not list(target.glob(f"daily_dbt_models-{result.run_id[:7]}-*"))
+    assert (target / "partial_parse.msgpack").exists()
+
+
+def test_date_window_env_restores_the_environment(monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_MIN_DATE", "2000-01-01")
+    monkeypatch.delenv("FLYWHEEL_MAX_DATE", raising=False)
+    with date_window_env(date(2013, 1, 1), date(2013, 1, 3)):
+        assert os.environ["FLYWHEEL_MIN_DATE"] == "2013-01-01"
+        assert os.environ["FLYWHEEL_MAX_DATE"] == "2013-01-03"
+    assert os.environ["FLYWHEEL_MIN_DATE"] == "2000-01-01"
+    assert "FLYWHEEL_MAX_DATE" not in os.environ
+
+
+def test_dbt_resource_knows_its_dbt_version_without_running_dbt(monkeypatch):
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"ran {args}")
+
+    monkeypatch.setattr(dagster_dbt.core.resource, "check_output", no_subprocess)
+    resource = FlywheelDbtCliResource(project_dir=dbt_project, dbt_executable=dbt_executable())
+    assert resource._cli_version == Version(version("dbt-core"))

@@ -14,15 +14,24 @@ labels as (
 
 ),
 
+tasks as (
+
+    select * from {{ ref('stg_labels__label_tasks') }}
+
+),
+
 final as (
 
     select
         features.*,
         labels.is_late,
-        labels.known_at as label_known_at
+        labels.known_at as label_known_at,
+        tasks.selection_reason
     from features
     inner join labels
         on features.flight_id = labels.flight_id
+    left join tasks
+        on features.flight_id = tasks.flight_id
 
 )
 

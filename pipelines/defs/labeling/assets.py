@@ -16,7 +16,8 @@ class LabelSelectionConfig(dg.Config):
     """How many of a day's flights go to labeling, and what share of them is a random audit."""
 
     budget: int = 150
-    audit_share: float = 0.2
+    # The audit share is the unbiased sample evaluation and performance monitoring rely on.
+    audit_share: float = 0.4
 
 
 def build_labeling_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:

@@ -1,12 +1,15 @@
 """dbt models as assets: daily models per landing-day partition, the rest unpartitioned."""
 
-import json
-
 import dagster as dg
 from dagster_dbt import DbtCliResource, dbt_assets
 
 from pipelines.contracts import TaskSpec
-from pipelines.lib.dbt import FlywheelDbtTranslator, dbt_project
+from pipelines.lib.dbt import (
+    FlywheelDbtTranslator,
+    date_window_env,
+    dbt_project,
+    stream_and_keep_parse_state,
+)
 from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL
 
@@ -33,11 +36,10 @@ def build_dbt_assets(
     def daily_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
         """Build and test the daily models for the run's landing days only (incremental)."""
         window = context.partition_time_window
-        dbt_vars = {
-            "min_date": window.start.date().isoformat(),
-            "max_date": window.end.date().isoformat(),
-        }
-        yield from dbt.cli([*BUILD, "--vars", json.dumps(dbt_vars)], context=context).stream()
+        # The window goes in the environment, not --vars: changed vars re-parse the project.
+        with date_window_env(window.start.date(), window.end.date()):
+            invocation = dbt.cli(BUILD, context=context)
+        yield from stream_and_keep_parse_state(invocation)
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
@@ -48,7 +50,7 @@ def build_dbt_assets(
     )
     def reference_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
         """Build and test the models over reference data and labels."""
-        yield from dbt.cli(BUILD, context=context).stream()
+        yield from stream_and_keep_parse_state(dbt.cli(BUILD, context=context))
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
@@ -59,6 +61,6 @@ def build_dbt_assets(
     )
     def training_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
         """Build and test the marts that training datasets are cut from (all labelled days)."""
-        yield from dbt.cli(BUILD, context=context).stream()
+        yield from stream_and_keep_parse_state(dbt.cli(BUILD, context=context))
 
     return daily_dbt_models, reference_dbt_models, training_dbt_models

@@ -1,0 +1,224 @@
+"""Model evaluation beyond one number: slices, paired bootstrap intervals, a side-by-side table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+from ml.metrics import PROB_EPS, auroc, binary_metrics, logloss
+
+HOUR_BANDS: dict[str, tuple[int, int]] = {
+    "night": (0, 5),
+    "morning": (6, 11),
+    "afternoon": (12, 17),
+    "evening": (18, 23),
+}
+BOOTSTRAP_METRICS = ("auroc", "logloss", "brier")
+# Bound on the elements of one chunk of the (n_boot, n) resample matrix: about 32 MB of int64.
+_CHUNK_ELEMENTS = 4_000_000
+
+SliceKey = str | Callable[[pd.DataFrame], ArrayLike]
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """A paired bootstrap percentile interval for metric(a) - metric(b)."""
+
+    metric: str
+    estimate: float
+    low: float
+    high: float
+    n_boot: int
+    confidence: float
+
+
+@dataclass
+class Evaluation:
+    """Overall metrics per model, metrics per slice, and reference-vs-against intervals."""
+
+    overall: pd.DataFrame
+    slices: pd.DataFrame
+    comparison: dict[str, BootstrapResult] = field(default_factory=dict)
+
+
+def hour_band(hours: ArrayLike) -> np.ndarray:
+    """Map scheduled hours (0-23, fractions floored) to HOUR_BANDS names; NaN maps to "missing"."""
+    h = np.asarray(hours, dtype=np.float64).ravel()
+    missing = np.isnan(h)
+    if np.any((h[~missing] < 0) | (h[~missing] >= 24)):
+        raise ValueError("hour_band needs hours in [0, 24)")
+    bands = np.full(h.shape, "missing", dtype=object)
+    for name, (first, last) in HOUR_BANDS.items():
+        bands[(h >= first) & (h < last + 1)] = name
+    return bands
+
+
+def slice_metrics(
+    frame: pd.DataFrame,
+    label: str,
+    predictions: dict[str, np.ndarray],
+    slices: dict[str, SliceKey],
+) -> pd.DataFrame:
+    """AUROC (NaN with one class) and log loss per model for every value of every slice.
+
+    A slice is a column name of ``frame`` or a callable that takes ``frame`` and returns one value
+    per row; missing values form their own group. Long format, one row per slice value and model.
+    """
+    y = _labels(frame, label)
+    probs = _checked(predictions, len(y))
+    rows = []
+    for name, key in slices.items():
+        values = np.asarray(frame[key] if isinstance(key, str) else key(frame))
+        if len(values) != len(y):
+            raise ValueError(f"slice {name!r} gives {len(values)} values for {len(y)} rows")
+        for value, index in pd.Series(values).groupby(values, dropna=False).indices.items():
+            y_slice = y[index]
+            positives = int(y_slice.sum())
+            both = 0 < positives < len(index)
+            for model, p in probs.items():
+                rows.append(
+                    {
+                        "slice": name,
+                        "value": value,
+                        "n": len(index),
+                        "positives": positives,
+                        "model": model,
+                        "auroc": auroc(y_slice, p[index]) if both else np.nan,
+                        "logloss": logloss(y_slice, p[index]),
+                    }
+                )
+    columns = ["slice", "value", "n", "positives", "model", "auroc", "logloss"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def paired_bootstrap(
+    y_true: ArrayLike,
+    p_a: ArrayLike,
+    p_b: ArrayLike,
+    metric: str,
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> BootstrapResult:
+    """Percentile interval of metric(p_a) - metric(p_b) over rows resampled jointly for both.
+
+    For auroc, resamples that hold a single class have no AUC and are skipped, so the result's
+    ``n_boot`` counts the resamples actually used (fewer than asked only with very rare classes).
+    """
+    if metric not in BOOTSTRAP_METRICS:
+        raise ValueError(f"metric must be one of {BOOTSTRAP_METRICS}, got {metric!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    y = np.asarray(y_true, dtype=np.float64).ravel()
+    a, b = (np.asarray(p, dtype=np.float64).ravel() for p in (p_a, p_b))
+    if not len(y) == len(a) == len(b) > 0:
+        raise ValueError(f"need equal, non-empty lengths; got {len(y)}, {len(a)}, {len(b)}")
+    if metric == "auroc":
+        estimate = auroc(y, a) - auroc(y, b)
+        diffs = _bootstrap_auroc_diffs(y, a, b, n_boot, seed)
+    else:
+        per_row = _row_losses(y, a, metric) - _row_losses(y, b, metric)
+        estimate = float(per_row.mean())
+        diffs = np.concatenate(
+            [per_row[idx].mean(axis=1) for idx in _resamples(len(y), n_boot, seed)]
+        )
+    diffs = diffs[np.isfinite(diffs)]
+    if diffs.size == 0:
+        raise ValueError("every bootstrap resample held a single class")
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(diffs, [tail, 1 - tail])
+    return BootstrapResult(metric, float(estimate), float(low), float(high), diffs.size, confidence)
+
+
+def evaluate_models(
+    frame: pd.DataFrame,
+    label: str,
+    predictions: dict[str, np.ndarray],
+    slices: dict[str, SliceKey],
+    reference: str,
+    against: str | None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> Evaluation:
+    """Overall and per-slice metrics per model, and paired intervals of reference - against."""
+    y = _labels(frame, label)
+    probs = _checked(predictions, len(y))
+    for name in (reference, against):
+        if name is not None and name not in probs:
+            raise ValueError(f"model {name!r} has no predictions; have {sorted(probs)}")
+    overall = pd.DataFrame(
+        [{"model": m, "n": len(y), **binary_metrics(y, p)} for m, p in probs.items()],
+        columns=["model", "n", "auroc", "logloss", "brier", "ece"],
+    )
+    comparison = {}
+    if against is not None:
+        comparison = {
+            metric: paired_bootstrap(
+                y, probs[reference], probs[against], metric, n_boot, seed, confidence
+            )
+            for metric in ("auroc", "logloss")
+        }
+    return Evaluation(overall, slice_metrics(frame, label, probs, slices), comparison)
+
+
+def _labels(frame: pd.DataFrame, label: str) -> np.ndarray:
+    y = frame[label].to_numpy(dtype=np.float64, na_value=np.nan)
+    if not np.isin(y, (0.0, 1.0)).all():
+        raise ValueError(f"label column {label!r} must hold only 0/1 (or booleans), no missing")
+    return y
+
+
+def _checked(predictions: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    probs = {name: np.asarray(p, dtype=np.float64).ravel() for name, p in predictions.items()}
+    if wrong := {name: len(p) for name, p in probs.items() if len(p) != n}:
+        raise ValueError(f"predictions must have one value per row ({n}); got {wrong}")
+    return probs
+
+
+def _row_losses(y: np.ndarray, p: np.ndarray, metric: str) -> np.ndarray:
+    if metric == "brier":
+        return (p - y) ** 2
+    p = np.clip(p, PROB_EPS, 1 - PROB_EPS)
+    return -(y * np.log(p) + (1 - y) * np.log1p(-p))
+
+
+def _resamples(n: int, n_boot: int, seed: int):
+    """Yield (chunk, n) matrices of row indices drawn with replacement, n_boot rows in all."""
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _CHUNK_ELEMENTS // n)
+    for start in range(0, n_boot, chunk):
+        yield rng.integers(0, n, size=(min(chunk, n_boot - start), n))
+
+
+def _bootstrap_auroc_diffs(
+    y: np.ndarray, a: np.ndarray, b: np.ndarray, n_boot: int, seed: int
+) -> np.ndarray:
+    diffs = []
+    for idx in _resamples(len(y), n_boot, seed):
+        # A resample is the original rows weighted by how often each was drawn: AUC over the
+        # resample equals the count-weighted AUC, so each model's scores are sorted only once.
+        k, n = idx.shape
+        offsets = (idx + n * np.arange(k)[:, None]).ravel()
+        counts = np.bincount(offsets, minlength=k * n).reshape(k, n).astype(np.float64)
+        diffs.append(_weighted_auroc(y, a, counts) - _weighted_auroc(y, b, counts))
+    return np.concatenate(diffs)
+
+
+def _weighted_auroc(y: np.ndarray, score: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Mann-Whitney AUC per row of ``weights`` (ties count half); NaN without both classes."""
+    order = np.argsort(score, kind="mergesort")
+    s = score[order]
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    positive = y[order] == 1
+    w = weights[:, order]
+    pos = np.add.reduceat(np.where(positive, w, 0.0), starts, axis=1)
+    neg = np.add.reduceat(np.where(positive, 0.0, w), starts, axis=1)
+    below = np.cumsum(neg, axis=1) - neg
+    pairs = pos.sum(axis=1) * neg.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(pairs > 0, (pos * (below + 0.5 * neg)).sum(axis=1) / pairs, np.nan)

@@ -1,0 +1,116 @@
+"""Evaluation and monitoring figures rendered to PNG bytes, ready to attach to a run or a report.
+
+Matplotlib is imported inside each function and drives the Agg canvas directly (no pyplot), so
+importing this module stays cheap and never changes a process-wide backend.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+from ml.metrics import auroc
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def roc_figure(y_true: ArrayLike, predictions: dict[str, np.ndarray]) -> bytes:
+    """ROC curve of every model, AUROC in the legend, as PNG bytes."""
+    y = np.asarray(y_true, dtype=np.float64).ravel()
+    fig, ax = _figure()
+    for name, p in predictions.items():
+        fpr, tpr = _roc_curve(y, np.asarray(p, dtype=np.float64).ravel())
+        ax.plot(fpr, tpr, label=f"{name} (AUROC {auroc(y, p):.3f})")
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC")
+    ax.legend(loc="lower right")
+    return _png(fig)
+
+
+def calibration_figure(
+    y_true: ArrayLike, predictions: dict[str, np.ndarray], n_bins: int = 10
+) -> bytes:
+    """Reliability diagram: observed rate against mean probability per equal-width bin."""
+    y = np.asarray(y_true, dtype=np.float64).ravel()
+    fig, ax = _figure()
+    for name, p in predictions.items():
+        p = np.asarray(p, dtype=np.float64).ravel()
+        bins = np.clip((p * n_bins).astype(np.int64), 0, n_bins - 1)
+        counts = np.bincount(bins, minlength=n_bins)
+        used = counts > 0
+        mean_p = np.bincount(bins, weights=p, minlength=n_bins)[used] / counts[used]
+        rate = np.bincount(bins, weights=y, minlength=n_bins)[used] / counts[used]
+        ax.plot(mean_p, rate, marker="o", label=name)
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+    ax.set(xlabel="mean predicted probability", ylabel="observed rate", title="Calibration")
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    ax.legend(loc="upper left")
+    return _png(fig)
+
+
+def slice_figure(slices_frame: pd.DataFrame, metric: str = "auroc") -> bytes:
+    """Grouped horizontal bars of ``metric`` per slice value and model, one panel per slice."""
+    from matplotlib.figure import Figure
+
+    dimensions = list(dict.fromkeys(slices_frame["slice"]))
+    models = list(dict.fromkeys(slices_frame["model"]))
+    sizes = [slices_frame.loc[slices_frame["slice"] == d, "value"].nunique() for d in dimensions]
+    height = max(3.0, 0.3 * len(models) * sum(sizes) + 1.2 * len(dimensions))
+    fig = Figure(figsize=(7, height), layout="constrained")
+    axes = fig.subplots(max(1, len(dimensions)), 1, squeeze=False, height_ratios=sizes or None)
+    width = 0.8 / max(1, len(models))
+    for ax, dimension in zip(axes[:, 0], dimensions, strict=False):
+        table = slices_frame[slices_frame["slice"] == dimension].pivot_table(
+            index="value", columns="model", values=metric, aggfunc="first", dropna=False
+        )
+        rows = np.arange(len(table))
+        for i, model in enumerate(models):
+            values = table[model] if model in table else np.full(len(table), np.nan)
+            ax.barh(rows + i * width, values, height=width, label=model)
+        ax.set_yticks(rows + width * (len(models) - 1) / 2, [str(v) for v in table.index])
+        ax.set(xlabel=metric, title=str(dimension))
+        ax.invert_yaxis()  # first value on top, reading order
+    axes[0, 0].legend(loc="best", fontsize="small")
+    return _png(fig)
+
+
+def weekly_auc_figure(weekly: pd.DataFrame) -> bytes:
+    """AUROC per week, one line per model (columns: week, model, auroc)."""
+    fig, ax = _figure(width=8)
+    for model, rows in weekly.sort_values("week").groupby("model", sort=True):
+        ax.plot(pd.to_datetime(rows["week"]), rows["auroc"], marker="o", label=str(model))
+    ax.set(xlabel="week", ylabel="AUROC", title="Weekly AUROC")
+    ax.legend(loc="best")
+    fig.autofmt_xdate()
+    return _png(fig)
+
+
+def _roc_curve(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(-p, kind="mergesort")
+    p_sorted, y_sorted = p[order], y[order]
+    # One point per distinct threshold: the last row of each run of tied scores.
+    last = np.r_[np.flatnonzero(p_sorted[1:] != p_sorted[:-1]), p.size - 1]
+    tp = np.cumsum(y_sorted)[last]
+    fp = (last + 1) - tp
+    return np.r_[0.0, fp / max(fp[-1], 1)], np.r_[0.0, tp / max(tp[-1], 1)]
+
+
+def _figure(width: float = 6, height: float = 5) -> tuple[Figure, object]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _png(fig: Figure) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()

@@ -1,0 +1,99 @@
+"""Evaluation of the challenger against the champion and baselines, and the promotion gate."""
+
+import json
+
+import dagster as dg
+import pandas as pd
+
+from ml.promotion import GateInputs, decide
+from pipelines.contracts import TaskSpec
+from pipelines.defs.evaluation.report import (
+    evaluate_challenger,
+    evaluation_metadata,
+    gate_inputs,
+    log_evaluation,
+)
+from pipelines.defs.training.assets import latest_dataset
+from pipelines.lib.registry import champion, model_version, record_decision, registered_name
+from pipelines.lib.tracking import MlflowTracker
+from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
+from pipelines.policy import PromotionPolicy
+
+GROUP = "evaluation"
+CHALLENGER = dg.AssetKey("challenger_model")
+EVALUATION = dg.AssetKey("model_evaluation")
+
+
+def latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, object]:
+    """The metadata values of an asset's latest materialization; a Failure if there is none."""
+    event = instance.get_latest_materialization_event(key)
+    if event is None or event.asset_materialization is None:
+        raise dg.Failure(f"{key.to_user_string()} was never materialized: materialize it first")
+    return {k: v.value for k, v in event.asset_materialization.metadata.items()}
+
+
+def build_evaluation_assets(task: TaskSpec, policy: PromotionPolicy) -> list[dg.AssetsDefinition]:
+    """`model_evaluation` and `champion_model` for `task`."""
+    name = registered_name(task.name)
+
+    @dg.asset(group_name=GROUP, deps=[CHALLENGER], pool=WAREHOUSE_POOL, kinds={"mlflow"})
+    def model_evaluation(
+        context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, tracker: MlflowTracker
+    ) -> dg.MaterializeResult:
+        """Challenger vs champion vs baselines on the newest labelled days: metrics, slices,
+        paired bootstrap intervals and plots; stores the challenger's monitoring reference."""
+        version = int(latest_metadata(context.instance, CHALLENGER)["registered_model_version"])
+        challenger = model_version(tracker, name, version)
+        current = champion(tracker, name)
+        dataset = latest_dataset(context.instance)
+        result = evaluate_challenger(
+            tracker, warehouse, dataset, challenger, current, policy, seed=0
+        )
+        log_evaluation(tracker, challenger, result)
+        inputs = gate_inputs(result, policy)
+        return dg.MaterializeResult(
+            metadata={
+                **evaluation_metadata(result, policy),
+                "challenger_version": challenger.version,
+                "champion_version": current.version if current else "none",
+                "dataset_dvc_hash": dataset.dvc_hash,
+                "gate_inputs": dg.MetadataValue.json(inputs),
+            }
+        )
+
+    @dg.asset(group_name=GROUP, deps=[EVALUATION], kinds={"mlflow"})
+    def champion_model(
+        context: dg.AssetExecutionContext, tracker: MlflowTracker
+    ) -> dg.MaterializeResult:
+        """Move the champion alias to the challenger if the gate passes; record why either way."""
+        evaluation = latest_metadata(context.instance, EVALUATION)
+        version = int(evaluation["challenger_version"])
+        decision = decide(GateInputs(**_inputs(evaluation["gate_inputs"])), policy.gate)
+        verdict = "promoted" if decision.promote else "rejected"
+        previous = record_decision(
+            tracker, name, version, verdict, decision.reason, decision.promote
+        )
+        current = champion(tracker, name)
+        checks = pd.DataFrame(decision.checks, columns=["check", "passed", "detail"])
+        context.log.info(f"version {version} {verdict}: {decision.reason}")
+        return dg.MaterializeResult(
+            metadata={
+                "decision": verdict,
+                "reason": decision.reason,
+                "challenger_version": version,
+                "champion_version": current.version if current else "none",
+                "previous_champion": previous.version if previous else "none",
+                "checks": dg.MetadataValue.md(checks.to_markdown(index=False)),
+            },
+            data_version=dg.DataVersion(f"{name}/{current.version}" if current else "none"),
+        )
+
+    return [model_evaluation, champion_model]
+
+
+def _inputs(raw: object) -> dict:
+    """Gate inputs as stored in metadata (JSON), with intervals back as tuples."""
+    inputs = dict(json.loads(raw) if isinstance(raw, str) else raw)
+    if inputs.get("improvement_ci") is not None:
+        inputs["improvement_ci"] = tuple(inputs["improvement_ci"])
+    return inputs

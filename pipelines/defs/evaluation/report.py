@@ -1,0 +1,246 @@
+"""What the evaluation asset computes and shows: predictions of every model on the test window,
+the `ml.evaluation` figures, plots in MLflow and the Dagster UI, and the gate's inputs."""
+
+from __future__ import annotations
+
+import base64
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from ml.config import FeatureConfig
+from pipelines.lib.registry import PROFILE_ARTIFACT, ModelVersion, load_model, log_json, log_png
+from pipelines.lib.tracking import MlflowTracker
+from pipelines.lib.warehouse import DuckDBWarehouse
+from pipelines.policy import PromotionPolicy
+
+if TYPE_CHECKING:
+    from ml.evaluation import Evaluation
+    from pipelines.defs.training.assets import TrainingDataset
+
+# Slices named in the issue: carrier, origin, scheduled-hour band, month.
+SLICES = {"carrier": "carrier", "origin": "origin", "hour_band": "hour_band", "month": "month"}
+METRICS = ("auroc", "logloss", "brier", "ece")
+# Labels chosen uniformly at random; targeted picks (uncertainty, drift segments) would bias
+# every metric towards hard cases, so evaluation uses these when there are enough.
+UNBIASED_REASONS = ("audit", "random")
+MIN_UNBIASED_ROWS = 200
+FEATURES_TABLE = "fct_flight_features"
+
+
+@dataclass
+class ChallengerEvaluation:
+    """Every model's scores on the test window, the figures, and the challenger's reference."""
+
+    evaluation: Evaluation
+    labels: np.ndarray
+    predictions: dict[str, np.ndarray]
+    window: tuple[str, str]
+    profile: dict
+    sample: str
+
+
+def _scores(tracker: MlflowTracker, version: ModelVersion, frame: pd.DataFrame) -> np.ndarray:
+    from ml.pyfunc import model_input
+
+    return np.asarray(load_model(tracker, version).predict(model_input(frame)), dtype=np.float64)
+
+
+def reference_profile(
+    tracker: MlflowTracker,
+    warehouse: DuckDBWarehouse,
+    frames: dict[str, pd.DataFrame],
+    model: ModelVersion,
+) -> dict:
+    """Every flight (labelled or not) of the training days, and the model's scores on every
+    flight of the validation days: what monitoring later compares production with."""
+    from ml.drift import build_reference
+
+    features = FeatureConfig()
+    query = f"select * from {FEATURES_TABLE} where flight_date between ? and ?"
+    with warehouse.connect() as con:
+        train = con.execute(query, _span(frames["train"])).df()
+        validation = con.execute(query, _span(frames["validation"])).df()
+    scores = _scores(tracker, model, validation)
+    profile = build_reference(train, features.categorical, features.numeric, predictions=scores)
+    return profile.to_dict()
+
+
+def _span(frame: pd.DataFrame) -> list[str]:
+    return [
+        pd.Timestamp(d).date().isoformat()
+        for d in (frame.flight_date.min(), frame.flight_date.max())
+    ]
+
+
+def unbiased_sample(test: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The uniformly sampled labels of the test window if there are enough, else all of them."""
+    if "selection_reason" in test.columns:
+        uniform = test[test.selection_reason.isin(UNBIASED_REASONS)].reset_index(drop=True)
+        if len(uniform) >= MIN_UNBIASED_ROWS:
+            return (
+                uniform,
+                f"{len(uniform)} uniformly sampled labels ({'/'.join(UNBIASED_REASONS)})",
+            )
+    return test, f"all {len(test)} labels (fewer than {MIN_UNBIASED_ROWS} uniformly sampled)"
+
+
+def evaluate_challenger(
+    tracker: MlflowTracker,
+    warehouse: DuckDBWarehouse,
+    dataset: TrainingDataset,
+    challenger: ModelVersion,
+    champion: ModelVersion | None,
+    policy: PromotionPolicy,
+    seed: int = 0,
+) -> ChallengerEvaluation:
+    """Score the dataset's test split with the challenger, the champion and refitted baselines,
+    and compare them overall, by slice and (challenger vs champion) with paired bootstraps."""
+    from ml.baselines import baseline_predictions
+    from ml.data import TabularDataModule
+    from ml.evaluation import evaluate_models, hour_band
+
+    frames = {s: pd.read_parquet(dataset.split(s)) for s in ("train", "validation", "test")}
+    test, sample = unbiased_sample(frames["test"])
+    predictions = {"challenger": _scores(tracker, challenger, test)}
+    if champion is not None:
+        predictions["champion"] = _scores(tracker, champion, test)
+    datamodule = TabularDataModule(frames["train"], frames["validation"], test, seed=seed)
+    predictions |= baseline_predictions(datamodule, "test", seed)
+    label = FeatureConfig().label
+    sliced = test.assign(hour_band=hour_band(test.scheduled_hour), month=test.scheduled_month)
+    evaluation = evaluate_models(
+        sliced,
+        label,
+        predictions,
+        SLICES,
+        reference="challenger",
+        against="champion" if champion is not None else None,
+        n_boot=policy.n_boot,
+        seed=seed,
+        confidence=policy.confidence,
+    )
+    return ChallengerEvaluation(
+        evaluation=evaluation,
+        labels=test[label].to_numpy(dtype=np.float64),
+        predictions=predictions,
+        window=tuple(_span(test)),
+        profile=reference_profile(tracker, warehouse, frames, challenger),
+        sample=sample,
+    )
+
+
+def plots(result: ChallengerEvaluation) -> dict[str, bytes]:
+    """ROC, calibration and slice plots as PNG bytes, by file name."""
+    from ml.plots import calibration_figure, roc_figure, slice_figure
+
+    return {
+        "roc.png": roc_figure(result.labels, result.predictions),
+        "calibration.png": calibration_figure(result.labels, result.predictions),
+        "slices.png": slice_figure(result.evaluation.slices, metric="auroc"),
+    }
+
+
+def _overall(result: ChallengerEvaluation) -> pd.DataFrame:
+    overall = result.evaluation.overall
+    return overall.set_index("model") if "model" in overall.columns else overall
+
+
+def log_evaluation(
+    tracker: MlflowTracker, challenger: ModelVersion, result: ChallengerEvaluation
+) -> None:
+    """Test metrics, comparison, slices, plots and the monitoring reference, on the
+    challenger's MLflow run."""
+    overall = _overall(result)
+    metrics = {f"test/{m}": float(overall.loc["challenger", m]) for m in METRICS}
+    for metric, interval in result.evaluation.comparison.items():
+        metrics[f"test/{metric}_diff_vs_champion"] = float(interval.estimate)
+    tracker.log_metrics(challenger.run_id, metrics)
+    log_json(tracker, challenger.run_id, _summary(result), "evaluation/evaluation.json")
+    for file_name, png in plots(result).items():
+        log_png(tracker, challenger.run_id, png, f"evaluation/{file_name}")
+    log_json(tracker, challenger.run_id, result.profile, PROFILE_ARTIFACT)
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or not math.isfinite(float(value)) else float(value)
+
+
+def _summary(result: ChallengerEvaluation) -> dict:
+    overall = _overall(result)
+    return {
+        "window": list(result.window),
+        "overall": {m: {k: _finite(v) for k, v in row.items()} for m, row in overall.iterrows()},
+        "comparison": {
+            metric: {"estimate": i.estimate, "low": i.low, "high": i.high, "n_boot": i.n_boot}
+            for metric, i in result.evaluation.comparison.items()
+        },
+        "slices": result.evaluation.slices.astype(object)
+        .where(result.evaluation.slices.notna(), None)
+        .to_dict("records"),
+    }
+
+
+def gate_inputs(result: ChallengerEvaluation, policy: PromotionPolicy) -> dict:
+    """The promotion gate's inputs as JSON: overall metrics, the interval, per-slice metric."""
+    overall = _overall(result)
+    metric = policy.gate.metric
+
+    def scores(model: str) -> dict[str, float | None]:
+        return {m: _finite(overall.loc[model, m]) for m in METRICS}
+
+    slices = result.evaluation.slices
+    wide = slices[slices.model.isin(["challenger", "champion"])].pivot_table(
+        index=["slice", "value", "n"], columns="model", values=metric, dropna=False
+    )
+    interval = result.evaluation.comparison.get(metric)
+    models = set(overall.index)
+    return {
+        "challenger": scores("challenger"),
+        "champion": scores("champion") if "champion" in models else None,
+        "baselines": {m: scores(m) for m in models - {"challenger", "champion"}},
+        "improvement_ci": [interval.low, interval.high] if interval else None,
+        "slices": [
+            {
+                "slice": s,
+                "value": str(v),
+                "n": int(n),
+                "challenger": _finite(row.get("challenger")),
+                "champion": _finite(row.get("champion")),
+            }
+            for (s, v, n), row in wide.iterrows()
+        ],
+    }
+
+
+def _image(title: str, png: bytes) -> str:
+    return f"![{title}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+def evaluation_metadata(result: ChallengerEvaluation, policy: PromotionPolicy) -> dict:
+    """Dagster metadata: tables of overall and slice figures, the intervals, the plots."""
+    import dagster as dg
+
+    overall = _overall(result).reset_index()
+    comparison = [
+        f"- {metric}: challenger - champion = {i.estimate:+.4f} "
+        f"({i.confidence:.0%} interval {i.low:+.4f} .. {i.high:+.4f}, {i.n_boot} resamples)"
+        for metric, i in result.evaluation.comparison.items()
+    ] or ["- no champion yet: the challenger is compared with the baselines' floor"]
+    images = [_image(name, png) for name, png in plots(result).items()]
+    slices = result.evaluation.slices
+    worst = slices[slices.n >= policy.gate.min_slice_rows].sort_values("auroc").head(12)
+    return {
+        "test_window": f"{result.window[0]}..{result.window[1]}",
+        "test_rows": len(result.labels),
+        "evaluation_sample": result.sample,
+        "overall": dg.MetadataValue.md(overall.to_markdown(index=False, floatfmt=".4f")),
+        "paired_bootstrap": dg.MetadataValue.md("\n".join(comparison)),
+        "weakest_slices": dg.MetadataValue.md(worst.to_markdown(index=False, floatfmt=".4f")),
+        "plots": dg.MetadataValue.md("\n\n".join(images)),
+        "test/auroc": float(_overall(result).loc["challenger", "auroc"]),
+        "gate_metric": policy.gate.metric,
+    }

@@ -1,0 +1,162 @@
+"""Daily monitoring: feature and prediction drift against the champion, realized performance."""
+
+from datetime import date, timedelta
+
+import dagster as dg
+import pandas as pd
+
+from ml.config import FeatureConfig
+from pipelines.contracts import TaskSpec
+from pipelines.defs.scoring.assets import PREDICTIONS
+from pipelines.lib.partitions import daily_partitions
+from pipelines.lib.registry import PROFILE_ARTIFACT, champion, read_json, registered_name
+from pipelines.lib.tracking import MlflowTracker
+from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse, has_relation, replace_rows
+from pipelines.monitoring import drift_table, flagged_segments, realized_performance
+from pipelines.policy import MonitoringPolicy
+
+GROUP = "monitoring"
+DRIFT_TABLE = "monitoring_feature_drift"
+FLAGS_TABLE = "drift_flagged_segments"
+PERFORMANCE_TABLE = "monitoring_performance"
+LABELS_VIEW = "stg_labels__flight_labels"
+TASKS_TABLE = "raw.label_tasks"
+
+
+def window(day: str, days: int) -> tuple[str, str]:
+    """The first and last day of the `days`-day window ending on `day` (inclusive)."""
+    last = date.fromisoformat(day)
+    return (last - timedelta(days=days - 1)).isoformat(), last.isoformat()
+
+
+def _no_champion(context: dg.AssetExecutionContext, name: str) -> dg.MaterializeResult:
+    day = context.partition_key_range.end
+    context.log.warning(f"{name} has no champion yet: nothing to monitor on {day}")
+    return dg.MaterializeResult(metadata={"model_version": "none (no champion yet)"})
+
+
+def build_monitoring_assets(task: TaskSpec, policy: MonitoringPolicy) -> list[dg.AssetsDefinition]:
+    """`feature_drift` (after scoring) and `model_performance` (after label import), daily."""
+    name = registered_name(task.name)
+    features = FeatureConfig()
+
+    @dg.asset(
+        group_name=GROUP,
+        partitions_def=daily_partitions(task),
+        deps=["fct_flight_features", PREDICTIONS],
+        pool=WAREHOUSE_POOL,
+        # In a backfill's single run the window ends on the range's last day.
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        kinds={"duckdb"},
+    )
+    def feature_drift(
+        context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, tracker: MlflowTracker
+    ) -> dg.MaterializeResult:
+        """PSI and KS of the recent window's features and scores against the champion's
+        training data; flags drifted segments for labeling."""
+        current = champion(tracker, name)
+        if current is None:
+            return _no_champion(context, name)
+        profile = read_json(tracker, current.run_id, PROFILE_ARTIFACT)
+        day = context.partition_key_range.end
+        first, last = window(day, policy.window_days)
+        with warehouse.connect() as con:
+            recent = con.execute(
+                "select * from fct_flight_features where flight_date between ? and ?",
+                [first, last],
+            ).df()
+            scores = None
+            if has_relation(con, PREDICTIONS):
+                scores = con.execute(
+                    f"select probability from {PREDICTIONS} where flight_date between ? and ? "
+                    "and model_version = ?",
+                    [first, last, current.version],
+                ).df()["probability"]
+        drift = drift_table(profile, recent, scores, features, policy)
+        flags = flagged_segments(profile, recent, drift, policy)
+        drift = drift.assign(monitored_on=pd.Timestamp(day).date(), model_version=current.version)
+        flags = flags.assign(flagged_at=pd.Timestamp(day), model_version=current.version)
+        with warehouse.connect() as con:
+            _ensure(con, DRIFT_TABLE, drift)
+            _ensure(con, FLAGS_TABLE, flags)
+            replace_rows(con, DRIFT_TABLE, "monitored_on", day, drift)
+            replace_rows(con, FLAGS_TABLE, "cast(flagged_at as date)", day, flags)
+        drifted = drift[drift.is_drifted & (drift.kind != "prediction")].feature.tolist()
+        prediction = drift[drift.kind == "prediction"]
+        prediction_drifted = bool(prediction.is_drifted.any())
+        is_event = len(drifted) >= policy.min_drifted_features or prediction_drifted
+        return dg.MaterializeResult(
+            metadata={
+                "is_drifted": is_event,
+                "drifted_features": drifted,
+                "prediction_psi": float(prediction.psi.iloc[0]) if len(prediction) else None,
+                "max_psi": float(drift.psi.max()),
+                "model_version": current.version,
+                "window": f"{first}..{last}",
+                "flights": len(recent),
+                "flagged_segments": [
+                    f"{kind}:{value}"
+                    for kind, value in zip(flags.segment_type, flags.segment_value, strict=True)
+                ],
+                "drift": dg.MetadataValue.md(
+                    drift.drop(columns=["monitored_on", "model_version"]).to_markdown(
+                        index=False, floatfmt=".4f"
+                    )
+                ),
+            }
+        )
+
+    @dg.asset(
+        group_name=GROUP,
+        partitions_def=daily_partitions(task),
+        deps=[task.labels_table, PREDICTIONS],
+        pool=WAREHOUSE_POOL,
+        kinds={"duckdb"},
+    )
+    def model_performance(
+        context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, tracker: MlflowTracker
+    ) -> dg.MaterializeResult:
+        """The champion's realized AUC and log loss on the uniformly sampled labels known so far
+        for the recent window's flights, beside the figures it showed at evaluation."""
+        current = champion(tracker, name)
+        if current is None:
+            return _no_champion(context, name)
+        first, last = window(context.partition_key, policy.performance_window_days)
+        with warehouse.connect() as con:
+            labelled = pd.DataFrame(columns=["is_late", "probability"])
+            if has_relation(con, PREDICTIONS):
+                # Uniformly sampled labels only, as at evaluation: targeted ones favour hard cases.
+                labelled = con.execute(
+                    f"select l.is_late, p.probability from {PREDICTIONS} p "
+                    f"join {LABELS_VIEW} l using (flight_id) "
+                    f"join {TASKS_TABLE} t using (flight_id) "
+                    "where p.flight_date between ? and ? and p.model_version = ? "
+                    "and l.known_at < cast(? as date) + 1 and t.reason in ('audit', 'random')",
+                    [first, last, current.version, last],
+                ).df()
+        metrics = tracker.client().get_run(current.run_id).data.metrics
+        expected = {m: metrics.get(f"test/{m}", float("nan")) for m in ("auroc", "logloss")}
+        row = realized_performance(labelled, expected, policy)
+        row |= {"monitored_on": pd.Timestamp(last).date(), "model_version": current.version}
+        frame = pd.DataFrame([row])
+        with warehouse.connect() as con:
+            _ensure(con, PERFORMANCE_TABLE, frame)
+            replace_rows(con, PERFORMANCE_TABLE, "monitored_on", last, frame)
+        return dg.MaterializeResult(
+            metadata={
+                **{k: v for k, v in row.items() if k != "monitored_on"},
+                "window": f"{first}..{last}",
+            }
+        )
+
+    return [feature_drift, model_performance]
+
+
+def _ensure(con, table: str, like: pd.DataFrame) -> None:
+    """Create `table` with the columns of `like` if it does not exist yet."""
+    if not has_relation(con, table):
+        con.register("_like", like)
+        try:
+            con.execute(f"create table {table} as select * from _like where false")
+        finally:
+            con.unregister("_like")

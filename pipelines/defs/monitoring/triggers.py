@@ -1,0 +1,139 @@
+"""What asks for a retraining: drift, decayed performance, and the weekly schedule.
+
+The sensors read the monitoring assets' materializations in storage order. An event is a
+monitored day whose materialization says it crossed a threshold (the assets apply the task's
+policy); each event gives at most one run (its run key), and a sensor that fired stays quiet for
+`cooldown_days` of monitored days, so a drift that persists does not retrain every day.
+"""
+
+import json
+from datetime import date, timedelta
+from typing import TYPE_CHECKING
+
+import dagster as dg
+
+from pipelines.policy import MonitoringPolicy
+
+if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
+    from dagster._core.definitions.unresolved_asset_job_definition import (
+        UnresolvedAssetJobDefinition,
+    )
+
+TRIGGER_TAG = "flywheel/trigger"
+EVENT_DAY_TAG = "flywheel/event_day"
+ACTIVE = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def in_cooldown(day: str, last_trigger_day: str | None, cooldown_days: int) -> bool:
+    """Whether `day` falls within `cooldown_days` after the day this sensor last fired."""
+    if last_trigger_day is None:
+        return False
+    return date.fromisoformat(day) < date.fromisoformat(last_trigger_day) + timedelta(
+        days=cooldown_days
+    )
+
+
+def covering_run(instance: dg.DagsterInstance, job_name: str, day: str) -> str | None:
+    """A retraining run queued, running or done for data up to `day` or later, if any: a second
+    one would train on the same labels."""
+    for record in instance.get_run_records(dg.RunsFilter(job_name=job_name), limit=20):
+        run = record.dagster_run
+        if run.status == dg.DagsterRunStatus.FAILURE:
+            continue
+        if run.tags.get(EVENT_DAY_TAG, "") >= day or run.status in ACTIVE:
+            return run.run_id
+    return None
+
+
+def _event_sensor(
+    name: str,
+    asset_key: dg.AssetKey,
+    flag: str,
+    job: "UnresolvedAssetJobDefinition",
+    policy: MonitoringPolicy,
+    description: str,
+) -> dg.SensorDefinition:
+    @dg.sensor(name=name, job=job, minimum_interval_seconds=60, description=description)
+    def event_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        state = json.loads(context.cursor) if context.cursor else {}
+        after, last_day = state.get("after_storage_id"), state.get("last_trigger_day")
+        records = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key, after_storage_id=after),
+            limit=1000,
+            ascending=True,
+        ).records
+        requests = []
+        for record in records:
+            after = record.storage_id
+            materialization = record.asset_materialization
+            metadata = materialization.metadata if materialization else {}
+            if flag not in metadata or metadata[flag].value is not True:
+                continue
+            day = materialization.partition
+            if in_cooldown(day, last_day, policy.cooldown_days):
+                context.log.info(f"{day}: {flag} but in cooldown since {last_day}; no request")
+                continue
+            if covered := covering_run(context.instance, job.name, day):
+                context.log.info(f"{day}: {flag} but run {covered} already retrains on that day")
+                continue
+            version = metadata.get("model_version")
+            requests.append(
+                dg.RunRequest(
+                    run_key=f"{name}:{day}",
+                    tags={
+                        TRIGGER_TAG: name.removesuffix("_sensor"),
+                        EVENT_DAY_TAG: day,
+                        "flywheel/champion_version": str(version.value if version else ""),
+                    },
+                )
+            )
+            last_day = day
+        cursor = {"after_storage_id": after, "last_trigger_day": last_day}
+        return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor))
+
+    return event_sensor
+
+
+def build_monitoring_triggers(
+    job: "UnresolvedAssetJobDefinition", policy: MonitoringPolicy
+) -> tuple[dg.SensorDefinition, dg.SensorDefinition, dg.ScheduleDefinition]:
+    """`drift_sensor`, `performance_sensor` and `retraining_schedule`, all requesting `job`."""
+    drift = _event_sensor(
+        "drift_sensor",
+        dg.AssetKey("feature_drift"),
+        "is_drifted",
+        job,
+        policy,
+        "Request a retraining when a day's feature or score drift crosses the thresholds.",
+    )
+    performance = _event_sensor(
+        "performance_sensor",
+        dg.AssetKey("model_performance"),
+        "is_decayed",
+        job,
+        policy,
+        "Request a retraining when the champion's realized performance falls below validation.",
+    )
+
+    @dg.schedule(
+        name="retraining_schedule",
+        job=job,
+        cron_schedule="0 4 * * 1",
+        execution_timezone="UTC",
+        description="Retrain every Monday on the newest labelled data.",
+    )
+    def retraining_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+        """One retraining per week, keyed by its scheduled time."""
+        moment = context.scheduled_execution_time
+        day = (moment.date() - timedelta(days=1)).isoformat()
+        return dg.RunRequest(
+            run_key=f"retraining_schedule:{moment.isoformat()}",
+            tags={TRIGGER_TAG: "schedule", EVENT_DAY_TAG: day},
+        )
+
+    return drift, performance, retraining_schedule

@@ -1,0 +1,161 @@
+"""The model registry as the flywheel uses it: the champion alias, decisions, models, profiles.
+
+Every model version is registered by training; the `champion` alias names the one that scores
+production. Each decision (promotion, rejection, rollback) is recorded on the version it concerns
+as tags, so the registry alone tells who was champion when and why.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipelines.lib.tracking import MlflowTracker, process_wide_store
+
+if TYPE_CHECKING:
+    import mlflow.pyfunc
+
+CHAMPION = "champion"
+PROFILE_ARTIFACT = "monitoring/reference_profile.json"
+VALIDATION_ARTIFACT = "monitoring/validation_metrics.json"
+
+
+class NoChampionError(LookupError):
+    """The registered model has no champion yet: nothing was promoted."""
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """One registered version: its number, training run and tags."""
+
+    name: str
+    version: int
+    run_id: str
+    tags: dict[str, str]
+
+    @property
+    def uri(self) -> str:
+        """The registry URI that loads exactly this version."""
+        return f"models:/{self.name}/{self.version}"
+
+
+def registered_name(task_name: str) -> str:
+    """The registered model of a task."""
+    return f"flywheel-{task_name}"
+
+
+def _version(raw: Any) -> ModelVersion:
+    return ModelVersion(raw.name, int(raw.version), raw.run_id, dict(raw.tags or {}))
+
+
+def model_version(tracker: MlflowTracker, name: str, version: int) -> ModelVersion:
+    """One version of a registered model."""
+    return _version(tracker.client().get_model_version(name, str(version)))
+
+
+def champion(tracker: MlflowTracker, name: str) -> ModelVersion | None:
+    """The version the champion alias points to, or None before the first promotion."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return _version(tracker.client().get_model_version_by_alias(name, CHAMPION))
+    except MlflowException as e:
+        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return None
+        raise
+
+
+def versions(tracker: MlflowTracker, name: str) -> list[ModelVersion]:
+    """Every version of a registered model, oldest first."""
+    found = tracker.client().search_model_versions(f"name = '{name}'")
+    return sorted((_version(v) for v in found), key=lambda v: v.version)
+
+
+def record_decision(
+    tracker: MlflowTracker,
+    name: str,
+    version: int,
+    decision: str,
+    reason: str,
+    promote: bool,
+) -> ModelVersion | None:
+    """Tag a version with a decision; move the champion alias to it if `promote`.
+
+    Returns the champion the alias pointed to before (None if there was none).
+    """
+    client = tracker.client()
+    previous = champion(tracker, name)
+    tags = {
+        "flywheel.decision": decision,
+        "flywheel.reason": reason,
+        "flywheel.decided_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    if promote:
+        tags["flywheel.previous_champion"] = str(previous.version) if previous else ""
+        client.set_registered_model_alias(name, CHAMPION, str(version))
+    for key, value in tags.items():
+        client.set_model_version_tag(name, str(version), key, value)
+    return previous
+
+
+def rollback(tracker: MlflowTracker, name: str, to_version: int | None = None) -> ModelVersion:
+    """Point the champion alias back to `to_version` (default: the champion before this one)."""
+    current = champion(tracker, name)
+    if current is None:
+        raise NoChampionError(f"{name} has no champion: there is nothing to roll back")
+    if to_version is None:
+        previous = current.tags.get("flywheel.previous_champion", "")
+        if not previous:
+            raise NoChampionError(
+                f"{name} version {current.version} was the first champion: name a version "
+                "to roll back to"
+            )
+        to_version = int(previous)
+    known = {v.version for v in versions(tracker, name)}
+    if to_version not in known:
+        raise ValueError(f"{name} has no version {to_version}; versions: {sorted(known)}")
+    if to_version == current.version:
+        raise ValueError(f"version {to_version} is already the champion of {name}")
+    reason = f"rolled back from version {current.version} by an operator"
+    record_decision(tracker, name, to_version, "rollback", reason, promote=True)
+    return model_version(tracker, name, to_version)
+
+
+def log_json(tracker: MlflowTracker, run_id: str, payload: dict, artifact_file: str) -> None:
+    """Store a JSON document as an artifact of a run."""
+    tracker.client().log_dict(run_id, payload, artifact_file)
+
+
+def read_json(tracker: MlflowTracker, run_id: str, artifact_file: str) -> dict:
+    """Read a JSON artifact of a run."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = tracker.client().download_artifacts(run_id, artifact_file, folder)
+        return json.loads(Path(path).read_text())
+
+
+def log_png(tracker: MlflowTracker, run_id: str, png: bytes, artifact_file: str) -> None:
+    """Store a PNG image as an artifact of a run."""
+    artifact = Path(artifact_file)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / artifact.name
+        path.write_bytes(png)
+        tracker.client().log_artifact(run_id, str(path), str(artifact.parent) or None)
+
+
+def load_model(tracker: MlflowTracker, version: ModelVersion) -> mlflow.pyfunc.PyFuncModel:
+    """The registered version as an MLflow pyfunc model (cached per process: versions are
+    immutable)."""
+    return _load_model(tracker.tracking_uri, tracker.registry_uri, version.uri)
+
+
+@lru_cache(maxsize=4)
+def _load_model(tracking_uri: str, registry_uri: str | None, uri: str) -> mlflow.pyfunc.PyFuncModel:
+    import mlflow.pyfunc
+
+    with process_wide_store(tracking_uri, registry_uri):
+        return mlflow.pyfunc.load_model(uri)

@@ -1,0 +1,97 @@
+"""Monitoring rules: which drift statistics and performance figures count as an event.
+
+The statistics come from `ml.drift` and `ml.metrics`; this module applies the task's
+monitoring policy to them, so the assets and the sensors judge by the same thresholds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from ml.config import FeatureConfig
+from ml.drift import ReferenceProfile, feature_drift, segment_shift
+from ml.metrics import auroc, logloss
+from pipelines.policy import MonitoringPolicy
+
+
+def drift_table(
+    profile: dict,
+    recent: pd.DataFrame,
+    scores: pd.Series | None,
+    features: FeatureConfig,
+    policy: MonitoringPolicy,
+) -> pd.DataFrame:
+    """Drift statistics per monitored feature (and the scores), with `is_drifted` per row."""
+    reference = ReferenceProfile.from_dict(profile)
+    monitored = [
+        c for c in (*features.categorical, *features.numeric) if c not in policy.exclude_features
+    ]
+    predictions = None if scores is None or scores.empty else scores.to_numpy(np.float64)
+    drift = feature_drift(reference, recent, predictions)
+    drift = drift[drift.feature.isin([*monitored, "prediction"])].reset_index(drop=True)
+    is_prediction = drift.kind == "prediction"
+    threshold = np.where(is_prediction, policy.prediction_psi_threshold, policy.psi_threshold)
+    ks_drift = (drift.kind == "numeric") & (drift.ks.fillna(0.0) > policy.ks_threshold)
+    return drift.assign(is_drifted=(drift.psi > threshold) | ks_drift)
+
+
+def flagged_segments(
+    profile: dict, recent: pd.DataFrame, drift: pd.DataFrame, policy: MonitoringPolicy
+) -> pd.DataFrame:
+    """Categories of drifted segment features whose share grew most: label them first."""
+    reference = ReferenceProfile.from_dict(profile)
+    drifted = set(drift.loc[drift.is_drifted, "feature"])
+    rows = []
+    for segment_type in policy.flagged_segment_types:
+        if segment_type not in drifted:
+            continue
+        shift = segment_shift(reference, recent, segment_type, top=policy.top_segments)
+        grown = shift[shift.current_share > shift.reference_share]
+        rows += [
+            {"segment_type": segment_type, "segment_value": str(v), "psi_contribution": float(c)}
+            for v, c in zip(grown.value, grown.psi_contribution, strict=True)
+        ]
+    columns = ["segment_type", "segment_value", "psi_contribution"]
+    return pd.DataFrame(rows, columns=columns).astype({"psi_contribution": "float64"})
+
+
+def realized_performance(
+    labelled: pd.DataFrame, expected: Mapping[str, float], policy: MonitoringPolicy
+) -> dict[str, object]:
+    """Realized AUC and log loss of scored, labelled flights beside the figures the champion
+    showed at evaluation (`expected["auroc"]`, `expected["logloss"]`).
+
+    `is_decayed` is set only with at least `min_labels` labels of both classes: fewer are too
+    noisy to act on, and the row says so in `status`.
+    """
+    y = labelled["is_late"].to_numpy(dtype=np.float64)
+    p = labelled["probability"].to_numpy(dtype=np.float64)
+    val_auroc = float(expected.get("auroc", math.nan))
+    val_logloss = float(expected.get("logloss", math.nan))
+    row: dict[str, object] = {
+        "labels": len(y),
+        "late_rate": float(y.mean()) if len(y) else math.nan,
+        "auroc": math.nan,
+        "logloss": math.nan,
+        "expected_auroc": val_auroc,
+        "expected_logloss": val_logloss,
+        "is_decayed": False,
+    }
+    if len(y) < policy.min_labels or y.min(initial=1) == y.max(initial=0):
+        row["status"] = f"too few labels ({len(y)} < {policy.min_labels} or one class only)"
+        return row
+    row["auroc"], row["logloss"] = auroc(y, p), logloss(y, p)
+    auroc_drop = val_auroc - row["auroc"]
+    logloss_rise = row["logloss"] - val_logloss
+    row["is_decayed"] = bool(
+        auroc_drop > policy.max_auroc_drop or logloss_rise > policy.max_logloss_rise
+    )
+    row["status"] = (
+        f"AUC {row['auroc']:.3f} vs {val_auroc:.3f} at evaluation, "
+        f"log loss {row['logloss']:.3f} vs {val_logloss:.3f}"
+    )
+    return row

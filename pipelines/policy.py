@@ -1,0 +1,55 @@
+"""Monitoring thresholds and the promotion gate's settings, read from the task's YAML file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import yaml
+
+from ml.promotion import GateConfig
+from pipelines.contracts import TaskSpec
+
+
+@dataclass(frozen=True)
+class MonitoringPolicy:
+    """When drift or decay counts as an event worth a retraining."""
+
+    window_days: int = 7
+    psi_threshold: float = 0.2
+    ks_threshold: float = 0.15
+    min_drifted_features: int = 2
+    prediction_psi_threshold: float = 0.2
+    performance_window_days: int = 7
+    min_labels: int = 200
+    max_auroc_drop: float = 0.05
+    max_logloss_rise: float = 0.05
+    cooldown_days: int = 7
+    flagged_segment_types: tuple[str, ...] = ("carrier", "route")
+    top_segments: int = 5
+    exclude_features: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PromotionPolicy:
+    """The gate's rule plus how its bootstrap interval is computed."""
+
+    gate: GateConfig
+    confidence: float = 0.95
+    n_boot: int = 1000
+
+
+def _build(cls: type, section: dict, where: str):
+    known = {f.name for f in fields(cls)}
+    if unknown := set(section) - known:
+        raise ValueError(f"{where}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in section.items()})
+
+
+def load_policies(task: TaskSpec) -> tuple[MonitoringPolicy, PromotionPolicy]:
+    """The task's `monitoring` and `promotion` sections (defaults where a section is absent)."""
+    raw = yaml.safe_load(task.path.read_text()) if task.path.is_file() else {}
+    monitoring = _build(MonitoringPolicy, raw.get("monitoring") or {}, f"{task.path}: monitoring")
+    promotion = dict(raw.get("promotion") or {})
+    outer = {k: promotion.pop(k) for k in ("confidence", "n_boot") if k in promotion}
+    gate = _build(GateConfig, promotion, f"{task.path}: promotion")
+    return monitoring, PromotionPolicy(gate=gate, **outer)

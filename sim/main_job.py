@@ -1,0 +1,137 @@
+"""The main job: the whole flywheel, day by day, on the embedded defaults; then its report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+
+from pipelines.contracts import load_task
+from pipelines.resources import flywheel_home, label_store, landing_zone
+from sim.clock import read_clock, write_clock
+from sim.drift import PlantedDrift
+from sim.replay import day_bounds, land_days
+
+
+class UsageError(Exception):
+    """A command line that names something impossible (reported argparse-style)."""
+
+
+def days_to_play(days: int, start: date | None) -> list[date]:
+    """The days to land: `days` from `start` (default: after the clock), clamped to the task."""
+    task = load_task()
+    first, last = day_bounds(task)
+    clock = read_clock(flywheel_home())
+    if start is not None and not first <= start <= last:
+        raise UsageError(f"--start {start} is outside task {task.name!r} ({first} to {last})")
+    if start is None:
+        start = clock + timedelta(days=1) if clock else first
+        if start > last:
+            print(f"the simulation already reached the task's last day {last}: nothing to land")
+            return []
+    end = start + timedelta(days=days - 1)
+    if end > last:
+        end = last
+        print(f"clamped to the task's last day {last}: landing {(end - start).days + 1} days")
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How the main job plays the flywheel: the first model's timing, tuning, planted drift."""
+
+    bootstrap_days: int = 21
+    trials: int = 4
+    max_epochs: int = 12
+    drift: PlantedDrift | None = None
+    report_dir: Path | None = None
+
+    def run_configs(self) -> dict[str, dict]:
+        """The operator's run config of the retraining job."""
+        training = {"n_trials": self.trials, "max_epochs": self.max_epochs}
+        return {"retraining_job": {"ops": {"challenger_model": {"config": training}}}}
+
+
+def _describe(tick, driver) -> str:
+    parts = []
+    for job, _partition, seconds in tick.runs:
+        if job == "retraining_job":
+            decision = driver.decision()
+            parts.append(
+                f"retraining {seconds:.0f}s -> version {decision.get('challenger_version')} "
+                f"{decision.get('decision')}: {decision.get('reason')}"
+            )
+        else:
+            parts.append(f"{job.removesuffix('_job')} {seconds:.0f}s")
+    return ", ".join(parts)
+
+
+def run(days: int, start: date | None = None, options: RunOptions | None = None) -> int:
+    """The main job: day by day, land, ingest, score, monitor, label and retrain; then report."""
+    import dagster as dg
+
+    from pipelines.definitions import defs
+    from pipelines.lib.registry import registered_name, versions
+    from sim.driver import RETRAINING_JOB, FlywheelDriver
+    from sim.labeling import LabelingService
+    from sim.report import write_report
+
+    options = options or RunOptions()
+    span = days_to_play(days, start)
+    if not span:
+        return 0
+    began, home, zone, task = time.monotonic(), flywheel_home(), landing_zone(), load_task()
+    annotators = LabelingService(label_store(), latency_days=1)
+    tracker = defs.resources["tracker"]
+    name = registered_name(task.name)
+
+    def land(day: date) -> None:
+        land_days(zone, [day], task, drift=options.drift)
+        write_clock(home, max(read_clock(home) or day, day))
+
+    with dg.DagsterInstance.get() as instance:
+        driver = FlywheelDriver(
+            defs, instance, home / "sim", land, annotators.deliver, options.run_configs()
+        )
+        driver.retraining = bool(versions(tracker, name))
+        production_start = span[0] if driver.retraining else None
+        for i, day in enumerate(span):
+            tick = driver.day(day)
+            if not driver.retraining and i + 1 >= options.bootstrap_days:
+                # The operator trains the first model, then turns the retraining triggers on.
+                tick.runs.append(driver.retrain("bootstrap", day))
+                driver.retraining, production_start = True, day + timedelta(days=1)
+            elapsed = time.monotonic() - began
+            print(
+                f"[{i + 1}/{len(span)} {elapsed:.0f}s] {day}: {_describe(tick, driver)}", flush=True
+            )
+        registered = versions(tracker, name)
+        if not registered or production_start is None or production_start > span[-1]:
+            print(
+                f"no production period to report: the first model trains after "
+                f"{options.bootstrap_days} days (--bootstrap-days); run more days"
+            )
+            return 0
+        retrain_runs = instance.get_run_records(dg.RunsFilter(job_name=RETRAINING_JOB))
+        header = [
+            f"Simulated {span[0]}..{span[-1]} ({len(span)} days) in "
+            f"{time.monotonic() - began:.0f} s wall time; production from {production_start}.",
+            f"Static model: version {registered[0].version}, trained once on the first "
+            f"{options.bootstrap_days} days. Retraining runs: {len(retrain_runs)}; tuning "
+            f"budget {options.trials} trials x {options.max_epochs} epochs.",
+            f"Planted drift: {options.drift or 'none'}.",
+        ]
+        report = write_report(
+            defs,
+            instance,
+            task.name,
+            (production_start, span[-1]),
+            registered[0].version,
+            options.report_dir or home / "report",
+            header,
+        )
+    print(report.markdown.read_text())
+    print(f"report: {report.markdown} and {report.plot}")
+    print("see the runs and assets: make dev (Dagster UI at http://127.0.0.1:3000)")
+    return 0

@@ -1,0 +1,182 @@
+"""The main job's report: how the flywheel did against a static model, and what it did.
+
+Every figure comes from the run: predictions and labels from the warehouse, retrainings and
+decisions from the Dagster instance, versions from the registry and DVC. Only the simulator
+knows every flight's outcome, so production AUC is computed here, on all scored flights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from ml.metrics import auroc, logloss
+from pipelines.lib.registry import load_model, model_version, registered_name, versions
+from sim.labeling import is_late
+
+RETRAINING_JOB = "retraining_job"
+
+
+@dataclass
+class Report:
+    """The report's tables, and where its markdown and plot were written."""
+
+    weekly: pd.DataFrame
+    retrainings: pd.DataFrame
+    labels: pd.DataFrame
+    markdown: Path
+    plot: Path
+
+
+def weekly_auc(defs: dg.Definitions, task_name: str, first: date, last: date, static: int):
+    """Production AUC per week of the flywheel's predictions and of the static model's, on the
+    same flights: every flight the flywheel scored between `first` and `last`."""
+    from ml.pyfunc import model_input
+
+    warehouse, tracker = defs.resources["warehouse"], defs.resources["tracker"]
+    flights = warehouse.query(
+        "select f.*, p.probability as flywheel, p.model_version from fct_flight_features f "
+        "join flight_predictions p using (flight_id) where f.flight_date between ? and ? "
+        "order by f.flight_id",
+        [first.isoformat(), last.isoformat()],
+    )
+    if flights.empty:
+        return pd.DataFrame(
+            columns=["week", "flights", "late_rate", "flywheel", "static", "flywheel_logloss"]
+        )
+    model = load_model(tracker, model_version(tracker, registered_name(task_name), static))
+    flights["static"] = np.asarray(model.predict(model_input(flights)), dtype=np.float64)
+    flights["is_late"] = [is_late(f) for f in flights.flight_id]
+    dates = pd.to_datetime(flights.flight_date)
+    flights["week"] = (dates - pd.to_timedelta(dates.dt.weekday, unit="D")).dt.date
+    rows = []
+    for week, group in flights.groupby("week"):
+        y = group.is_late.to_numpy()
+        both = 0 < y.sum() < len(y)
+        rows.append(
+            {
+                "week": week,
+                "flights": len(group),
+                "late_rate": float(y.mean()),
+                "flywheel": auroc(y, group.flywheel) if both else np.nan,
+                "static": auroc(y, group.static) if both else np.nan,
+                "flywheel_logloss": logloss(y, group.flywheel),
+                "static_logloss": logloss(y, group.static),
+                "champion_versions": ",".join(map(str, sorted(group.model_version.unique()))),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _by_run(instance: dg.DagsterInstance, asset: str) -> dict[str, dict[str, object]]:
+    records = instance.fetch_materializations(dg.AssetKey(asset), limit=10_000).records
+    return {
+        r.run_id: {k: v.value for k, v in r.asset_materialization.metadata.items()}
+        for r in records
+        if r.asset_materialization is not None
+    }
+
+
+def retrainings(instance: dg.DagsterInstance) -> pd.DataFrame:
+    """Each retraining run: what triggered it, on which data, and what the gate decided."""
+    datasets, challengers = (
+        _by_run(instance, "training_dataset"),
+        _by_run(instance, "challenger_model"),
+    )
+    decisions = _by_run(instance, "champion_model")
+    rows = []
+    records = instance.get_run_records(dg.RunsFilter(job_name=RETRAINING_JOB), ascending=True)
+    for record in records:
+        run = record.dagster_run
+        dataset, challenger = datasets.get(run.run_id, {}), challengers.get(run.run_id, {})
+        decision = decisions.get(run.run_id, {})
+        seconds = (record.end_time or 0) - (record.start_time or 0)
+        rows.append(
+            {
+                "event_day": run.tags.get("flywheel/event_day", ""),
+                "trigger": run.tags.get("flywheel/trigger", ""),
+                "status": run.status.value,
+                "seconds": round(seconds),
+                "dataset": str(dataset.get("dvc_hash", ""))[:12],
+                "examples": dataset.get("dagster/row_count", ""),
+                "version": challenger.get("registered_model_version", ""),
+                "val_auroc": challenger.get("val/auroc", np.nan),
+                "decision": decision.get("decision", ""),
+                "reason": decision.get("reason", ""),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def label_spend(defs: dg.Definitions) -> pd.DataFrame:
+    """Label tasks exported per selection reason, and how many came back labelled."""
+    return defs.resources["warehouse"].query(
+        "select t.reason, count(*) as exported, count(l.flight_id) as labelled "
+        "from raw.label_tasks t left join raw.flight_labels l using (task_id) "
+        "group by t.reason order by exported desc"
+    )
+
+
+def _table(frame: pd.DataFrame) -> str:
+    return frame.to_markdown(index=False, floatfmt=".3f") if len(frame) else "(none)"
+
+
+def write_report(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    task_name: str,
+    production: tuple[date, date],
+    static: int,
+    out_dir: Path,
+    header: list[str],
+) -> Report:
+    """Compute the report's tables and write `flywheel_report.md` and `weekly_auc.png`."""
+    from ml.plots import weekly_auc_figure
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    weekly = weekly_auc(defs, task_name, *production, static)
+    runs, labels = retrainings(instance), label_spend(defs)
+    long = weekly.melt(id_vars="week", value_vars=["flywheel", "static"], var_name="model")
+    plot = out_dir / "weekly_auc.png"
+    plot.write_bytes(weekly_auc_figure(long.rename(columns={"value": "auroc"}).dropna()))
+    tracker = defs.resources["tracker"]
+    registry = pd.DataFrame(
+        [
+            {
+                "version": v.version,
+                "decision": v.tags.get("flywheel.decision", ""),
+                "dataset": tracker.client().get_run(v.run_id).data.tags.get("dataset.dvc_hash"),
+                "reason": v.tags.get("flywheel.reason", ""),
+            }
+            for v in versions(tracker, registered_name(task_name))
+        ]
+    )
+    mean = weekly[["flywheel", "static", "flywheel_logloss", "static_logloss"]].mean()
+    summary = (
+        f"Mean weekly production AUC over {len(weekly)} weeks (every scored flight, outcomes "
+        f"from the simulator): flywheel {mean.flywheel:.3f}, static model (version {static}) "
+        f"{mean.static:.3f}; log loss {mean.flywheel_logloss:.3f} vs {mean.static_logloss:.3f}."
+        if len(weekly)
+        else "No production week was scored."
+    )
+    text = "\n\n".join(
+        [
+            "# Flywheel report",
+            "\n".join(header),
+            f"## Production AUC by week\n\n{summary}\n\n![weekly AUC]({plot.name})\n\n"
+            + _table(weekly),
+            "## Retrainings\n\n" + _table(runs),
+            f"## Labels spent\n\n{int(labels.labelled.sum()) if len(labels) else 0} labels "
+            f"of {int(labels.exported.sum()) if len(labels) else 0} tasks exported.\n\n"
+            + _table(labels),
+            "## Model versions\n\n" + _table(registry),
+        ]
+    )
+    markdown = out_dir / "flywheel_report.md"
+    markdown.write_text(text + "\n")
+    return Report(weekly, runs, labels, markdown, plot)

@@ -1,0 +1,216 @@
+"""The whole flywheel over a short window: a planted drift makes it retrain and decide.
+
+Days land one by one and the driver ticks the real sensors and schedules against a test
+instance. The first model trains after six days (small validation and test windows keep that
+early); from day eight the weather feed reports temperatures in Celsius.
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import dagster as dg
+import pytest
+
+from ml.promotion import GateInputs, decide
+from pipelines.contracts import load_task
+from pipelines.defs.evaluation.assets import _inputs
+from pipelines.lib.registry import champion, registered_name
+from pipelines.policy import load_policies
+from pipelines.resources import label_store
+from sim.drift import PlantedDrift
+from sim.driver import FlywheelDriver
+from sim.labeling import LabelingService
+from sim.replay import land_days
+
+START = date(2013, 9, 2)
+DAYS = 10
+BOOTSTRAP = 6
+# The day after the first model trained is monitored as it is; the next days are drifted.
+DRIFT = PlantedDrift(START + timedelta(days=BOOTSTRAP + 1), "celsius")
+RETRAINING = {
+    "ops": {
+        "training_dataset": {"config": {"validation_days": 2, "test_days": 2}},
+        "challenger_model": {"config": {"n_trials": 1, "max_epochs": 2}},
+    }
+}
+
+
+def materializations(instance: dg.DagsterInstance, asset: str, run_id: str) -> list[dict]:
+    records = instance.fetch_materializations(dg.AssetKey(asset), limit=1000).records
+    return [
+        {k: v.value for k, v in r.asset_materialization.metadata.items()}
+        for r in records
+        if r.run_id == run_id
+    ]
+
+
+@pytest.fixture(scope="module")
+def played(tmp_path_factory):
+    """Play the window once for every assertion below."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    with pytest.MonkeyPatch.context() as patch:
+        yield from _play(tmp, patch)
+
+
+def _play(tmp, patch):
+    from tests.pipelines.conftest import Flywheel, make_dvc_repo
+
+    home = tmp / "flywheel"
+    for name, value in {
+        "FLYWHEEL_ENV": "local",
+        "FLYWHEEL_HOME": str(home),
+        "FLYWHEEL_WAREHOUSE_PATH": str(home / "warehouse.duckdb"),
+    }.items():
+        patch.setenv(name, value)
+    make_dvc_repo(tmp, patch)
+    (tmp / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp / "dagster")) as instance:
+        flywheel = Flywheel(home, instance)
+        annotators = LabelingService(label_store("local"), latency_days=1)
+        driver = FlywheelDriver(
+            flywheel.defs,
+            instance,
+            home / "sim",
+            lambda day: land_days(flywheel.zone, [day], drift=DRIFT),
+            annotators.deliver,
+            {"retraining_job": RETRAINING},
+        )
+        for i in range(DAYS):
+            day = START + timedelta(days=i)
+            driver.day(day)
+            if i + 1 == BOOTSTRAP:
+                driver.retrain("bootstrap", day)
+                driver.retraining = True
+        yield flywheel
+
+
+def retraining_runs(instance: dg.DagsterInstance, trigger: str) -> list[dg.DagsterRun]:
+    records = instance.get_run_records(
+        dg.RunsFilter(job_name="retraining_job", tags={"flywheel/trigger": trigger}),
+        ascending=True,
+    )
+    return [r.dagster_run for r in records]
+
+
+def test_planted_drift_fires_the_drift_sensor_and_retraining_runs(played) -> None:
+    instance = played.instance
+    (bootstrap,) = retraining_runs(instance, "bootstrap")
+    assert bootstrap.status == dg.DagsterRunStatus.SUCCESS
+    drift_runs = retraining_runs(instance, "drift")
+    assert drift_runs, "the drift sensor requested no retraining"
+    first = drift_runs[0]
+    # Fired by the planted change, not before it landed; one run per event.
+    assert first.tags["flywheel/event_day"] >= DRIFT.start.isoformat()
+    assert first.tags["dagster/sensor_name"] == "drift_sensor"
+    assert len({r.tags["dagster/run_key"] for r in drift_runs}) == len(drift_runs)
+    assert first.status == dg.DagsterRunStatus.SUCCESS
+    event = next(
+        r.asset_materialization
+        for r in instance.fetch_materializations(dg.AssetKey("feature_drift"), limit=100).records
+        if r.asset_materialization.partition == first.tags["flywheel/event_day"]
+    )
+    assert event.metadata["is_drifted"].value is True
+    assert {"temp", "dewp"} <= set(event.metadata["drifted_features"].value)
+    # No drift retraining was asked for before the change landed.
+    assert all(r.tags["flywheel/event_day"] >= DRIFT.start.isoformat() for r in drift_runs)
+    for record in instance.fetch_materializations(dg.AssetKey("feature_drift"), limit=100).records:
+        metadata = record.asset_materialization.metadata
+        if record.asset_materialization.partition < DRIFT.start.isoformat():
+            assert "temp" not in metadata.get("drifted_features", dg.MetadataValue.json([])).value
+
+
+def test_every_gate_decision_follows_its_rule(played) -> None:
+    instance = played.instance
+    _, promotion = load_policies(load_task())
+    records = instance.get_run_records(dg.RunsFilter(job_name="retraining_job"), ascending=True)
+    assert len(records) >= 2
+    for record in records:
+        run_id = record.dagster_run.run_id
+        (evaluation,) = materializations(instance, "model_evaluation", run_id)
+        (decision,) = materializations(instance, "champion_model", run_id)
+        expected = decide(GateInputs(**_inputs(evaluation["gate_inputs"])), promotion.gate)
+        assert decision["decision"] == ("promoted" if expected.promote else "rejected")
+        assert decision["reason"] == expected.reason
+        if expected.promote:
+            assert decision["champion_version"] == evaluation["challenger_version"]
+        else:
+            assert str(decision["champion_version"]) == str(evaluation["champion_version"])
+
+
+def test_predictions_carry_the_champion_version(played) -> None:
+    instance = played.instance
+    # The champion after each retraining, by the day whose end it ran at.
+    timeline = []
+    for record in instance.get_run_records(
+        dg.RunsFilter(job_name="retraining_job"), ascending=True
+    ):
+        run = record.dagster_run
+        (decision,) = materializations(instance, "champion_model", run.run_id)
+        timeline.append((run.tags["flywheel/event_day"], decision["champion_version"]))
+    scored = played.sql(
+        "select cast(flight_date as varchar), list(distinct model_version) "
+        "from flight_predictions group by 1 order by 1"
+    )
+    promoted = [day for day, version in timeline if version != "none"]
+    assert promoted, f"no model was ever promoted: {timeline}"
+    assert scored[0][0] > promoted[0], "scored before the first champion"
+    for day, versions in scored:
+        expected = [v for event_day, v in timeline if event_day < day][-1]
+        assert versions == [expected], (day, versions, timeline)
+    last = (START + timedelta(days=DAYS - 1)).isoformat()
+    assert scored[-1][0] == last
+    current = champion(played.defs.resources["tracker"], registered_name("flights"))
+    assert current is not None and current.version == timeline[-1][1]
+    unscored = played.scalar(
+        "select count(*) from fct_flight_features f where flight_date > "
+        f"'{promoted[0]}' and not exists "
+        "(select 1 from flight_predictions p where p.flight_id = f.flight_id)"
+    )
+    assert unscored == 0
+
+
+def test_rescoring_a_day_replaces_it_exactly(played) -> None:
+    day = (START + timedelta(days=DAYS - 1)).isoformat()
+    query = (
+        "select flight_id, probability, model_version from flight_predictions "
+        f"where flight_date = '{day}' order by flight_id"
+    )
+    flights = played.sql(f"select flight_id from flight_predictions where flight_date = '{day}'")
+    # A re-run scores with today's champion (a retraining may have run since) ...
+    assert played.run("daily_warehouse_job", day, ["flight_predictions"]).success
+    once = played.sql(query)
+    current = champion(played.defs.resources["tracker"], registered_name("flights"))
+    assert sorted(r[0] for r in once) == sorted(r[0] for r in flights)
+    assert {r[2] for r in once} == {current.version}
+    # ... and replaces the day exactly: the same again gives the same rows, no duplicates.
+    assert played.run("daily_warehouse_job", day, ["flight_predictions"]).success
+    assert played.sql(query) == once
+    assert played.scalar("select count(*) from flight_predictions") == played.scalar(
+        "select count(*) from (select distinct flight_id from flight_predictions)"
+    )
+
+
+def test_report_numbers_come_from_the_run(played, tmp_path) -> None:
+    from sim.report import write_report
+
+    first_scored = played.scalar("select cast(min(flight_date) as varchar) from flight_predictions")
+    last = (START + timedelta(days=DAYS - 1)).isoformat()
+    report = write_report(
+        played.defs,
+        played.instance,
+        "flights",
+        (date.fromisoformat(first_scored), date.fromisoformat(last)),
+        1,
+        tmp_path / "report",
+        ["test header"],
+    )
+    runs = played.instance.get_run_records(dg.RunsFilter(job_name="retraining_job"))
+    assert len(report.retrainings) == len(runs)
+    assert {"bootstrap", "drift"} <= set(report.retrainings.trigger)
+    assert report.weekly.flights.sum() == played.scalar("select count(*) from flight_predictions")
+    assert report.weekly[["flywheel", "static"]].notna().all().all()
+    assert report.labels.labelled.sum() == played.scalar("select count(*) from raw.flight_labels")
+    assert report.plot.read_bytes().startswith(b"\x89PNG")
+    text = report.markdown.read_text()
+    assert "test header" in text and "## Retrainings" in text and "weekly_auc.png" in text

@@ -1,0 +1,159 @@
+"""Monitoring rules and the retraining triggers: thresholds, run keys, cooldown, cursor."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+
+from ml.config import FeatureConfig
+from ml.drift import build_reference
+from pipelines.defs.monitoring.triggers import build_monitoring_triggers, in_cooldown
+from pipelines.monitoring import drift_table, flagged_segments, realized_performance
+from pipelines.policy import MonitoringPolicy
+
+POLICY = MonitoringPolicy(min_labels=100, cooldown_days=7, exclude_features=("scheduled_month",))
+
+
+def flights(n: int, seed: int, temp_shift: float = 0.0, carrier: str | None = None):
+    rng = np.random.default_rng(seed)
+    features = FeatureConfig()
+    frame = pd.DataFrame(
+        {c: rng.choice(["AA", "B6", "DL", "UA"], n) for c in features.categorical}
+        | {c: rng.normal(50, 10, n) for c in features.numeric}
+    )
+    frame["temp"] += temp_shift
+    frame["scheduled_month"] = 9.0 if not temp_shift else 12.0
+    if carrier:
+        frame.loc[: n // 2, "carrier"] = carrier
+    return frame
+
+
+def test_drift_table_flags_shifted_features_and_segments_not_excluded_ones() -> None:
+    features = FeatureConfig()
+    reference = flights(4000, seed=0)
+    profile = build_reference(reference, features.categorical, features.numeric).to_dict()
+    same = drift_table(profile, flights(2000, seed=1), None, features, POLICY)
+    assert not same.is_drifted.any(), same[same.is_drifted]
+    shifted = drift_table(
+        profile, flights(2000, 2, temp_shift=30, carrier="EV"), None, features, POLICY
+    )
+    drifted = set(shifted.loc[shifted.is_drifted, "feature"])
+    assert drifted == {"temp", "carrier"}
+    # A calendar feature is excluded by policy even though it moved.
+    assert "scheduled_month" not in set(shifted.feature)
+    segments = flagged_segments(profile, flights(2000, 2, 30, "EV"), shifted, POLICY)
+    assert segments.segment_type.tolist()[0] == "carrier"
+    assert segments.segment_value.tolist()[0] == "EV"
+    assert set(segments.segment_type) == {"carrier"}  # route did not drift
+
+
+def test_realized_performance_needs_enough_labels_and_flags_decay() -> None:
+    rng = np.random.default_rng(0)
+    y = rng.random(400) < 0.3
+    good = np.where(y, 0.7, 0.2) + rng.normal(0, 0.05, 400)
+    validation = {"auroc": 0.9, "logloss": 0.40}
+    few = realized_performance(
+        pd.DataFrame({"is_late": y[:50], "probability": good[:50]}), validation, POLICY
+    )
+    assert few["is_decayed"] is False and "too few labels (50 < 100" in few["status"]
+    fine = realized_performance(
+        pd.DataFrame({"is_late": y, "probability": good}), validation, POLICY
+    )
+    assert fine["auroc"] > 0.9 - POLICY.max_auroc_drop and fine["is_decayed"] is False
+    noise = realized_performance(
+        pd.DataFrame({"is_late": y, "probability": rng.random(400)}), validation, POLICY
+    )
+    assert noise["auroc"] < 0.7 and noise["is_decayed"] is True
+
+
+@pytest.mark.parametrize(
+    ("day", "last", "expected"),
+    [
+        ("2013-10-08", None, False),
+        ("2013-10-08", "2013-10-01", False),
+        ("2013-10-07", "2013-10-01", True),
+        ("2013-10-01", "2013-10-01", True),
+    ],
+)
+def test_cooldown_counts_monitored_days(day: str, last: str | None, expected: bool) -> None:
+    assert in_cooldown(day, last, 7) is expected
+
+
+@pytest.fixture
+def triggers():
+    job = dg.define_asset_job("retraining_job", selection=dg.AssetSelection.all())
+    drift, performance, schedule = build_monitoring_triggers(job, POLICY)
+
+    @dg.asset(partitions_def=dg.DailyPartitionsDefinition("2013-01-01"))
+    def feature_drift() -> None: ...
+
+    defs = dg.Definitions(
+        assets=[feature_drift], jobs=[job], sensors=[drift, performance], schedules=[schedule]
+    )
+    return defs, drift, schedule
+
+
+def report(instance: dg.DagsterInstance, day: str, drifted: bool | None) -> None:
+    metadata = {"model_version": 3} | ({} if drifted is None else {"is_drifted": drifted})
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization("feature_drift", partition=day, metadata=metadata)
+    )
+
+
+def tick(defs, sensor, instance, cursor):
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs)
+    return sensor.evaluate_tick(context)
+
+
+def test_drift_sensor_requests_once_per_event_and_keeps_quiet_in_cooldown(triggers) -> None:
+    defs, sensor, _ = triggers
+    with dg.instance_for_test() as instance:
+        report(instance, "2013-10-01", None)  # no champion yet: nothing judged
+        report(instance, "2013-10-02", False)
+        report(instance, "2013-10-03", True)
+        report(instance, "2013-10-04", True)  # in cooldown after 10-03
+        first = tick(defs, sensor, instance, None)
+        assert [r.run_key for r in first.run_requests] == ["drift_sensor:2013-10-03"]
+        request = first.run_requests[0]
+        assert request.tags["flywheel/trigger"] == "drift"
+        assert request.tags["flywheel/event_day"] == "2013-10-03"
+        assert request.tags["flywheel/champion_version"] == "3"
+        # The cursor moves past every event read: nothing is requested twice.
+        assert tick(defs, sensor, instance, first.cursor).run_requests == []
+        report(instance, "2013-10-09", True)
+        report(instance, "2013-10-10", True)
+        later = tick(defs, sensor, instance, first.cursor)
+        assert [r.run_key for r in later.run_requests] == ["drift_sensor:2013-10-10"]
+        assert json.loads(later.cursor)["last_trigger_day"] == "2013-10-10"
+
+
+def test_no_request_when_a_retraining_already_covers_the_day(triggers) -> None:
+    defs, sensor, _ = triggers
+    with dg.instance_for_test() as instance:
+        instance.add_run(
+            dg.DagsterRun(
+                job_name="retraining_job",
+                run_id="scheduled",
+                status=dg.DagsterRunStatus.SUCCESS,
+                tags={"flywheel/event_day": "2013-10-06"},
+            )
+        )
+        report(instance, "2013-10-05", True)
+        assert tick(defs, sensor, instance, None).run_requests == []
+
+
+def test_weekly_schedule_keys_runs_by_their_tick(triggers) -> None:
+    *_, schedule = triggers
+    moment = datetime(2013, 10, 7, 4, tzinfo=UTC)  # a Monday
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=moment)
+        (request,) = schedule.evaluate_tick(context).run_requests
+    assert schedule.cron_schedule == "0 4 * * 1"
+    assert request.run_key == f"retraining_schedule:{moment.isoformat()}"
+    assert request.tags["flywheel/trigger"] == "schedule"
+    assert request.tags["flywheel/event_day"] == "2013-10-06"
