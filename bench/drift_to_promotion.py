@@ -64,7 +64,8 @@ def figures(instance: dg.DagsterInstance, drift_day: date) -> None:
             first_sensor = record
             print(
                 f"first sensor retraining: {trigger} on {day}, requested "
-                f"{record.create_timestamp - landed_at:.0f} s after the drifted day's landing run"
+                f"{record.create_timestamp.timestamp() - landed_at:.0f} s after the drifted day's "
+                "landing run"
             )
         event = decisions.get(run.run_id)
         if event and event.asset_materialization.metadata["decision"].value == "promoted":
@@ -89,18 +90,28 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--max-epochs", type=int, default=12)
     parser.add_argument("--home", type=Path, help="default: a temporary folder")
+    parser.add_argument(
+        "--figures-only", action="store_true", help="only read the figures of the run in --home"
+    )
     args = parser.parse_args()
-    home = args.home or Path(tempfile.mkdtemp(prefix="flywheel-bench-"))
-    fresh_home(home)
-    from sim.main_job import RunOptions, run
     from sim.drift import parse_drift
 
     drift = parse_drift(args.drift)
-    options = RunOptions(args.bootstrap_days, args.trials, args.max_epochs, drift, home / "report")
-    run(args.days, args.start, options)
+    if args.figures_only:
+        if args.home is None:
+            parser.error("--figures-only reads an earlier run: name its --home")
+        os.environ["DAGSTER_HOME"] = str(args.home / "dagster")
+    else:
+        home = args.home or Path(tempfile.mkdtemp(prefix="flywheel-bench-"))
+        fresh_home(home)
+        from sim.main_job import RunOptions, run
+
+        report = home / "report"
+        options = RunOptions(args.bootstrap_days, args.trials, args.max_epochs, drift, report)
+        run(args.days, args.start, options)
+        print(f"state and report under {home}")
     with dg.DagsterInstance.get() as instance:
         figures(instance, drift.start)
-    print(f"state and report under {home}")
     return 0
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import dagster as dg
 
+RunSummary = tuple[str, str | None, float, str]
+
 
 class RunFailedError(RuntimeError):
     """A requested run failed; the message names the run and its failing steps' errors."""
@@ -24,9 +26,10 @@ class RunFailedError(RuntimeError):
 
 @dataclass
 class TickReport:
-    """The runs a day requested: (job, partition, seconds) each, and requests already run."""
+    """The runs a day requested: (job, partition, seconds, run id) each, and requests already
+    run."""
 
-    runs: list[tuple[str, str | None, float]] = field(default_factory=list)
+    runs: list[RunSummary] = field(default_factory=list)
     skipped: int = 0
 
     def extend(self, other: TickReport) -> None:
@@ -53,7 +56,7 @@ def execute_request(
     request: dg.RunRequest,
     tags: dict[str, str],
     run_config: dict | None = None,
-) -> tuple[str, str | None, float]:
+) -> RunSummary:
     """Execute one run request in process on the instance; RunFailedError if it fails.
 
     `run_config` (an operator's job config) is merged over the request's own.
@@ -73,7 +76,7 @@ def execute_request(
             f"run {result.run_id} of {request.job_name} (partition {request.partition_key}) "
             f"failed; see it in the Dagster UI.\n{failure_message(result)}"
         )
-    return request.job_name, request.partition_key, time.monotonic() - started
+    return request.job_name, request.partition_key, time.monotonic() - started, result.run_id
 
 
 class SensorTicker:
@@ -184,15 +187,6 @@ class ScheduleTicker:
         return report
 
 
-def latest_metadata(instance: dg.DagsterInstance, asset: str) -> dict[str, str]:
-    """The latest materialization's metadata of `asset` as text (empty if never materialized)."""
-    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
-    if event is None or event.asset_materialization is None:
-        return {}
-    metadata = event.asset_materialization.metadata
-    return {k: str(v.value) for k, v in metadata.items() if not k.startswith("dagster/")}
-
-
 RETRAINING_JOB = "retraining_job"
 MONITORING_SENSORS = ("drift_sensor", "performance_sensor")
 
@@ -242,7 +236,7 @@ class FlywheelDriver:
                 report.extend(self.schedule.tick(moment))
         return report
 
-    def retrain(self, trigger: str, event_day: date) -> tuple[str, str | None, float]:
+    def retrain(self, trigger: str, event_day: date) -> RunSummary:
         """An operator's retraining run: dataset, challenger, evaluation, promotion gate."""
         request = dg.RunRequest(job_name=RETRAINING_JOB)
         tags = {"flywheel/trigger": trigger, "flywheel/event_day": event_day.isoformat()}
@@ -250,6 +244,13 @@ class FlywheelDriver:
             self.defs, self.instance, request, tags, self.run_configs.get(RETRAINING_JOB)
         )
 
-    def decision(self) -> dict[str, str]:
-        """What the latest promotion gate decided, and on which versions."""
-        return latest_metadata(self.instance, "champion_model")
+    def decision(self, run_id: str) -> dict[str, str]:
+        """What the promotion gate decided in retraining run `run_id`, on which versions."""
+        records = self.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("champion_model")), limit=20
+        ).records
+        for record in records:
+            if record.run_id == run_id and record.asset_materialization is not None:
+                metadata = record.asset_materialization.metadata
+                return {k: str(v.value) for k, v in metadata.items()}
+        return {}

@@ -55,9 +55,9 @@ class RunOptions:
 
 def _describe(tick, driver) -> str:
     parts = []
-    for job, _partition, seconds in tick.runs:
+    for job, _partition, seconds, run_id in tick.runs:
         if job == "retraining_job":
-            decision = driver.decision()
+            decision = driver.decision(run_id)
             parts.append(
                 f"retraining {seconds:.0f}s -> version {decision.get('challenger_version')} "
                 f"{decision.get('decision')}: {decision.get('reason')}"

@@ -157,3 +157,21 @@ def test_weekly_schedule_keys_runs_by_their_tick(triggers) -> None:
     assert request.run_key == f"retraining_schedule:{moment.isoformat()}"
     assert request.tags["flywheel/trigger"] == "schedule"
     assert request.tags["flywheel/event_day"] == "2013-10-06"
+
+
+def test_weekly_schedule_skips_days_a_sensor_retraining_covered(triggers) -> None:
+    *_, schedule = triggers
+    moment = datetime(2013, 10, 7, 4, tzinfo=UTC)
+    with dg.instance_for_test() as instance:
+        instance.add_run(
+            dg.DagsterRun(
+                job_name="retraining_job",
+                run_id="drift-run",
+                status=dg.DagsterRunStatus.SUCCESS,
+                tags={"flywheel/event_day": "2013-10-06"},
+            )
+        )
+        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=moment)
+        data = schedule.evaluate_tick(context)
+    assert not data.run_requests
+    assert "already retrains on data up to 2013-10-06" in data.skip_message

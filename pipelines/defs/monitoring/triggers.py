@@ -127,10 +127,15 @@ def build_monitoring_triggers(
         execution_timezone="UTC",
         description="Retrain every Monday on the newest labelled data.",
     )
-    def retraining_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-        """One retraining per week, keyed by its scheduled time."""
+    def retraining_schedule(
+        context: dg.ScheduleEvaluationContext,
+    ) -> dg.RunRequest | dg.SkipReason:
+        """One retraining per week, keyed by its scheduled time; skipped when a sensor's
+        retraining already trained on the same days."""
         moment = context.scheduled_execution_time
         day = (moment.date() - timedelta(days=1)).isoformat()
+        if covered := covering_run(context.instance, job.name, day):
+            return dg.SkipReason(f"run {covered} already retrains on data up to {day}")
         return dg.RunRequest(
             run_key=f"retraining_schedule:{moment.isoformat()}",
             tags={TRIGGER_TAG: "schedule", EVENT_DAY_TAG: day},
