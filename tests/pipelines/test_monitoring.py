@@ -132,17 +132,22 @@ def test_drift_sensor_requests_once_per_event_and_keeps_quiet_in_cooldown(trigge
         assert json.loads(later.cursor)["last_trigger_day"] == "2013-10-10"
 
 
+def add_retraining(instance: dg.DagsterInstance, event_day: str) -> None:
+    """Record a finished retraining run that trained on data up to `event_day`."""
+    instance.add_run(
+        dg.DagsterRun(
+            job_name="retraining_job",
+            run_id=f"retraining-{event_day}",
+            status=dg.DagsterRunStatus.SUCCESS,
+            tags={"flywheel/event_day": event_day},
+        )
+    )
+
+
 def test_no_request_when_a_retraining_already_covers_the_day(triggers) -> None:
     defs, sensor, _ = triggers
     with dg.instance_for_test() as instance:
-        instance.add_run(
-            dg.DagsterRun(
-                job_name="retraining_job",
-                run_id="scheduled",
-                status=dg.DagsterRunStatus.SUCCESS,
-                tags={"flywheel/event_day": "2013-10-06"},
-            )
-        )
+        add_retraining(instance, "2013-10-06")
         report(instance, "2013-10-05", True)
         assert tick(defs, sensor, instance, None).run_requests == []
 
@@ -163,14 +168,7 @@ def test_weekly_schedule_skips_days_a_sensor_retraining_covered(triggers) -> Non
     *_, schedule = triggers
     moment = datetime(2013, 10, 7, 4, tzinfo=UTC)
     with dg.instance_for_test() as instance:
-        instance.add_run(
-            dg.DagsterRun(
-                job_name="retraining_job",
-                run_id="drift-run",
-                status=dg.DagsterRunStatus.SUCCESS,
-                tags={"flywheel/event_day": "2013-10-06"},
-            )
-        )
+        add_retraining(instance, "2013-10-06")
         context = dg.build_schedule_context(instance=instance, scheduled_execution_time=moment)
         data = schedule.evaluate_tick(context)
     assert not data.run_requests
