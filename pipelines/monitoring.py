@@ -19,14 +19,13 @@ from pipelines.policy import MonitoringPolicy
 
 
 def drift_table(
-    profile: dict,
+    reference: ReferenceProfile,
     recent: pd.DataFrame,
     scores: pd.Series | None,
     features: FeatureConfig,
     policy: MonitoringPolicy,
 ) -> pd.DataFrame:
     """Drift statistics per monitored feature (and the scores), with `is_drifted` per row."""
-    reference = ReferenceProfile.from_dict(profile)
     monitored = [
         c for c in (*features.categorical, *features.numeric) if c not in policy.exclude_features
     ]
@@ -40,10 +39,9 @@ def drift_table(
 
 
 def flagged_segments(
-    profile: dict, recent: pd.DataFrame, drift: pd.DataFrame, policy: MonitoringPolicy
+    reference: ReferenceProfile, recent: pd.DataFrame, drift: pd.DataFrame, policy: MonitoringPolicy
 ) -> pd.DataFrame:
     """Categories of drifted segment features whose share grew most: label them first."""
-    reference = ReferenceProfile.from_dict(profile)
     drifted = set(drift.loc[drift.is_drifted, "feature"])
     rows = []
     for segment_type in policy.flagged_segment_types:

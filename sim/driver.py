@@ -79,6 +79,29 @@ def execute_request(
     return request.job_name, request.partition_key, time.monotonic() - started, result.run_id
 
 
+def execute_once(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    requests: list[dg.RunRequest],
+    default_job: Callable[[], str],
+    origin: dict[str, str],
+    run_configs: dict[str, dict],
+) -> TickReport:
+    """Execute a tick's requests as the daemon would: a run key already run by the same sensor
+    or schedule (`origin` tag) is skipped; requests without a job go to `default_job()`."""
+    report = TickReport()
+    for request in requests:
+        tags = {**origin, "dagster/run_key": request.run_key or ""}
+        if request.run_key and instance.get_run_records(dg.RunsFilter(tags=tags), limit=1):
+            report.skipped += 1
+            continue
+        if request.job_name is None:
+            request = request.with_replaced_attrs(job_name=default_job())
+        config = run_configs.get(request.job_name)
+        report.runs.append(execute_request(defs, instance, request, tags, config))
+    return report
+
+
 class SensorTicker:
     """Ticks one sensor of a code location and executes its run requests in process."""
 
@@ -95,10 +118,6 @@ class SensorTicker:
         self.cursor_path = state / f"{name}.cursor.json"
         self.run_configs = run_configs or {}
 
-    def _already_ran(self, run_key: str) -> bool:
-        tags = {"dagster/sensor_name": self.name, "dagster/run_key": run_key}
-        return bool(self.instance.get_run_records(dg.RunsFilter(tags=tags), limit=1))
-
     def tick(self) -> TickReport:
         """Evaluate the sensor once, execute what it requests, then store its new cursor."""
         cursor = self.cursor_path.read_text() if self.cursor_path.exists() else None
@@ -110,16 +129,14 @@ class SensorTicker:
             sensor_name=self.name,
         )
         result = self.sensor.evaluate_tick(context)
-        report = TickReport()
-        for request in result.run_requests:
-            if request.run_key and self._already_ran(request.run_key):
-                report.skipped += 1
-                continue
-            if request.job_name is None:
-                request = request.with_replaced_attrs(job_name=self.sensor.job_name)
-            tags = {"dagster/sensor_name": self.name, "dagster/run_key": request.run_key or ""}
-            config = self.run_configs.get(request.job_name)
-            report.runs.append(execute_request(self.defs, self.instance, request, tags, config))
+        report = execute_once(
+            self.defs,
+            self.instance,
+            result.run_requests,
+            lambda: self.sensor.job_name,
+            {"dagster/sensor_name": self.name},
+            self.run_configs,
+        )
         if result.cursor is not None:
             self.cursor_path.parent.mkdir(parents=True, exist_ok=True)
             self.cursor_path.write_text(result.cursor)
@@ -174,17 +191,14 @@ class ScheduleTicker:
             instance=self.instance, scheduled_execution_time=moment, resources=self.defs.resources
         )
         data = self.schedule.evaluate_tick(context)
-        report = TickReport()
-        for request in data.run_requests or []:
-            tags = {"dagster/schedule_name": self.name, "dagster/run_key": request.run_key or ""}
-            runs = self.instance.get_run_records(dg.RunsFilter(tags=tags), limit=1)
-            if request.run_key and runs:
-                report.skipped += 1
-                continue
-            request = request.with_replaced_attrs(job_name=self.schedule.job_name)
-            config = self.run_configs.get(request.job_name)
-            report.runs.append(execute_request(self.defs, self.instance, request, tags, config))
-        return report
+        return execute_once(
+            self.defs,
+            self.instance,
+            data.run_requests or [],
+            lambda: self.schedule.job_name,
+            {"dagster/schedule_name": self.name},
+            self.run_configs,
+        )
 
 
 RETRAINING_JOB = "retraining_job"

@@ -65,7 +65,10 @@ def champion(tracker: MlflowTracker, name: str) -> ModelVersion | None:
     try:
         return _version(tracker.client().get_model_version_by_alias(name, CHAMPION))
     except MlflowException as e:
-        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+        # No registered model yet, or a model whose alias was never set (MLflow reports the
+        # latter as an invalid parameter); any other error is real.
+        missing_alias = e.error_code == "INVALID_PARAMETER_VALUE" and "alias" in str(e)
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST" or missing_alias:
             return None
         raise
 

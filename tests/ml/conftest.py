@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -28,3 +31,16 @@ def parquet_splits(tmp_path: Path, splits: dict[str, pd.DataFrame]) -> dict[str,
         paths[name] = tmp_path / f"{name}.parquet"
         frame.to_parquet(paths[name])
     return paths
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_until_killed(script: str, splits: dict[str, Path], out: Path) -> None:
+    """Run `script` in a fresh interpreter with (train, val, out) as arguments; it must end by
+    SIGKILL, as a preempted worker would."""
+    args = [str(splits["train"]), str(splits["val"]), str(out)]
+    child = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=REPO, capture_output=True, timeout=300
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]

@@ -1,9 +1,6 @@
 """Training resumes after SIGKILL to the uninterrupted result; checkpoint writes are atomic."""
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +10,8 @@ from ml.callbacks import AtomicCheckpointIO
 from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.training import LAST_CHECKPOINT, train
+from tests.ml.conftest import run_until_killed
 
-REPO = Path(__file__).resolve().parents[2]
 # CPU training with identical seeds and batch order is bit-for-bit repeatable; the tolerance only
 # absorbs float reductions that might be reordered across processes.
 RESUME_TOLERANCE = 1e-6
@@ -56,11 +53,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(
     parquet_splits: dict[str, Path], tmp_path: Path
 ) -> None:
     killed_dir = tmp_path / "killed"
-    args = [str(parquet_splits["train"]), str(parquet_splits["val"]), str(killed_dir)]
-    child = subprocess.run(
-        [sys.executable, "-c", KILLED_CHILD, *args], cwd=REPO, capture_output=True, timeout=300
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    run_until_killed(KILLED_CHILD, parquet_splits, killed_dir)
     last = torch.load(killed_dir / LAST_CHECKPOINT, weights_only=False)
     assert last["epoch"] == 1
 

@@ -1,8 +1,5 @@
 """Studies prune a clearly worse trial, record trial attributes and continue after a crash."""
 
-import signal
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,12 +11,12 @@ from optuna.trial import TrialState
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
 from ml.tuning import create_study, tune
+from tests.ml.conftest import run_until_killed
 
 SPACE = SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",))
 GOOD = {"arch": "mlp", "width": 16, "depth": 1, "dropout": 0.0, "lr": 3e-2, "weight_decay": 1e-6}
 # A learning rate 300x smaller barely moves from the initial weights in two epochs.
 BAD = GOOD | {"lr": 1e-4}
-REPO = Path(__file__).resolve().parents[2]
 TRAIN = TrainConfig(max_epochs=2, batch_size=512, early_stopping_patience=None)
 
 
@@ -128,11 +125,7 @@ def test_study_killed_by_sigkill_continues_with_its_trials(
     parquet_splits: dict[str, Path], tmp_path: Path
 ) -> None:
     journal = tmp_path / "killed.journal"
-    args = [str(parquet_splits["train"]), str(parquet_splits["val"]), str(journal)]
-    child = subprocess.run(
-        [sys.executable, "-c", KILLED_STUDY, *args], cwd=REPO, capture_output=True, timeout=300
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr.decode()[-2000:]
+    run_until_killed(KILLED_STUDY, parquet_splits, journal)
     config = TuneConfig(
         n_trials=3, storage=str(journal), study_name="killed", pruning=False, search_space=SPACE
     )

@@ -12,9 +12,9 @@ from datetime import date, timedelta
 import dagster as dg
 import pytest
 
-from ml.promotion import GateInputs, decide
+from ml.promotion import decide
 from pipelines.contracts import load_task
-from pipelines.defs.evaluation.assets import _inputs
+from pipelines.defs.evaluation.assets import gate_inputs_from_metadata
 from pipelines.lib.registry import champion, registered_name
 from pipelines.policy import load_policies
 from pipelines.resources import label_store
@@ -129,7 +129,7 @@ def test_every_gate_decision_follows_its_rule(played) -> None:
         run_id = record.dagster_run.run_id
         (evaluation,) = materializations(instance, "model_evaluation", run_id)
         (decision,) = materializations(instance, "champion_model", run_id)
-        expected = decide(GateInputs(**_inputs(evaluation["gate_inputs"])), promotion.gate)
+        expected = decide(gate_inputs_from_metadata(evaluation["gate_inputs"]), promotion.gate)
         assert decision["decision"] == ("promoted" if expected.promote else "rejected")
         assert decision["reason"] == expected.reason
         if expected.promote:

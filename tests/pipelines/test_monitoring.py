@@ -36,7 +36,7 @@ def flights(n: int, seed: int, temp_shift: float = 0.0, carrier: str | None = No
 def test_drift_table_flags_shifted_features_and_segments_not_excluded_ones() -> None:
     features = FeatureConfig()
     reference = flights(4000, seed=0)
-    profile = build_reference(reference, features.categorical, features.numeric).to_dict()
+    profile = build_reference(reference, features.categorical, features.numeric)
     same = drift_table(profile, flights(2000, seed=1), None, features, POLICY)
     assert not same.is_drifted.any(), same[same.is_drifted]
     shifted = drift_table(

@@ -68,7 +68,7 @@ def build_evaluation_assets(task: TaskSpec, policy: PromotionPolicy) -> list[dg.
         """Move the champion alias to the challenger if the gate passes; record why either way."""
         evaluation = latest_metadata(context.instance, EVALUATION)
         version = int(evaluation["challenger_version"])
-        decision = decide(GateInputs(**_inputs(evaluation["gate_inputs"])), policy.gate)
+        decision = decide(gate_inputs_from_metadata(evaluation["gate_inputs"]), policy.gate)
         verdict = "promoted" if decision.promote else "rejected"
         previous = record_decision(
             tracker, name, version, verdict, decision.reason, decision.promote
@@ -91,9 +91,9 @@ def build_evaluation_assets(task: TaskSpec, policy: PromotionPolicy) -> list[dg.
     return [model_evaluation, champion_model]
 
 
-def _inputs(raw: object) -> dict:
-    """Gate inputs as stored in metadata (JSON), with intervals back as tuples."""
+def gate_inputs_from_metadata(raw: object) -> GateInputs:
+    """The gate's inputs as `model_evaluation` stored them (JSON), intervals back as tuples."""
     inputs = dict(json.loads(raw) if isinstance(raw, str) else raw)
     if inputs.get("improvement_ci") is not None:
         inputs["improvement_ci"] = tuple(inputs["improvement_ci"])
-    return inputs
+    return GateInputs(**inputs)

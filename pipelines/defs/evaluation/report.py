@@ -41,6 +41,7 @@ class ChallengerEvaluation:
     window: tuple[str, str]
     profile: dict
     sample: str
+    plots: dict[str, bytes]
 
 
 def _scores(tracker: MlflowTracker, version: ModelVersion, frame: pd.DataFrame) -> np.ndarray:
@@ -123,24 +124,28 @@ def evaluate_challenger(
         seed=seed,
         confidence=policy.confidence,
     )
+    labels = test[label].to_numpy(dtype=np.float64)
     return ChallengerEvaluation(
         evaluation=evaluation,
-        labels=test[label].to_numpy(dtype=np.float64),
+        labels=labels,
         predictions=predictions,
         window=tuple(_span(test)),
         profile=reference_profile(tracker, warehouse, frames, challenger),
         sample=sample,
+        plots=plots(labels, predictions, evaluation),
     )
 
 
-def plots(result: ChallengerEvaluation) -> dict[str, bytes]:
+def plots(
+    labels: np.ndarray, predictions: dict[str, np.ndarray], evaluation: Evaluation
+) -> dict[str, bytes]:
     """ROC, calibration and slice plots as PNG bytes, by file name."""
     from ml.plots import calibration_figure, roc_figure, slice_figure
 
     return {
-        "roc.png": roc_figure(result.labels, result.predictions),
-        "calibration.png": calibration_figure(result.labels, result.predictions),
-        "slices.png": slice_figure(result.evaluation.slices, metric="auroc"),
+        "roc.png": roc_figure(labels, predictions),
+        "calibration.png": calibration_figure(labels, predictions),
+        "slices.png": slice_figure(evaluation.slices, metric="auroc"),
     }
 
 
@@ -160,7 +165,7 @@ def log_evaluation(
         metrics[f"test/{metric}_diff_vs_champion"] = float(interval.estimate)
     tracker.log_metrics(challenger.run_id, metrics)
     log_json(tracker, challenger.run_id, _summary(result), "evaluation/evaluation.json")
-    for file_name, png in plots(result).items():
+    for file_name, png in result.plots.items():
         log_png(tracker, challenger.run_id, png, f"evaluation/{file_name}")
     log_json(tracker, challenger.run_id, result.profile, PROFILE_ARTIFACT)
 
@@ -230,7 +235,7 @@ def evaluation_metadata(result: ChallengerEvaluation, policy: PromotionPolicy) -
         f"({i.confidence:.0%} interval {i.low:+.4f} .. {i.high:+.4f}, {i.n_boot} resamples)"
         for metric, i in result.evaluation.comparison.items()
     ] or ["- no champion yet: the challenger is compared with the baselines' floor"]
-    images = [_image(name, png) for name, png in plots(result).items()]
+    images = [_image(name, png) for name, png in result.plots.items()]
     slices = result.evaluation.slices
     worst = slices[slices.n >= policy.gate.min_slice_rows].sort_values("auroc").head(12)
     return {

@@ -1,11 +1,13 @@
 """Daily monitoring: feature and prediction drift against the champion, realized performance."""
 
 from datetime import date, timedelta
+from functools import lru_cache
 
 import dagster as dg
 import pandas as pd
 
 from ml.config import FeatureConfig
+from ml.drift import ReferenceProfile
 from pipelines.contracts import TaskSpec
 from pipelines.defs.scoring.assets import PREDICTIONS
 from pipelines.lib.partitions import daily_partitions
@@ -57,7 +59,7 @@ def build_monitoring_assets(task: TaskSpec, policy: MonitoringPolicy) -> list[dg
         current = champion(tracker, name)
         if current is None:
             return _no_champion(context, name)
-        profile = read_json(tracker, current.run_id, PROFILE_ARTIFACT)
+        profile = reference_profile(tracker, current.run_id)
         day = context.partition_key_range.end
         first, last = window(day, policy.window_days)
         with warehouse.connect() as con:
@@ -150,6 +152,19 @@ def build_monitoring_assets(task: TaskSpec, policy: MonitoringPolicy) -> list[dg
         )
 
     return [feature_drift, model_performance]
+
+
+def reference_profile(tracker: MlflowTracker, run_id: str) -> ReferenceProfile:
+    """The monitoring reference stored on a training run (cached: a run's artifacts are final)."""
+    return _reference_profile(tracker.tracking_uri, tracker.registry_uri, run_id)
+
+
+@lru_cache(maxsize=4)
+def _reference_profile(
+    tracking_uri: str, registry_uri: str | None, run_id: str
+) -> ReferenceProfile:
+    tracker = MlflowTracker(tracking_uri=tracking_uri, registry_uri=registry_uri)
+    return ReferenceProfile.from_dict(read_json(tracker, run_id, PROFILE_ARTIFACT))
 
 
 def _ensure(con, table: str, like: pd.DataFrame) -> None:
