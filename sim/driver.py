@@ -121,14 +121,15 @@ class SensorTicker:
     def tick(self) -> TickReport:
         """Evaluate the sensor once, execute what it requests, then store its new cursor."""
         cursor = self.cursor_path.read_text() if self.cursor_path.exists() else None
-        context = dg.build_sensor_context(
+        # Closing the context tears its resources down.
+        with dg.build_sensor_context(
             instance=self.instance,
             cursor=cursor,
             definitions=self.defs,
             resources=self.defs.resources,
             sensor_name=self.name,
-        )
-        result = self.sensor.evaluate_tick(context)
+        ) as context:
+            result = self.sensor.evaluate_tick(context)
         report = execute_once(
             self.defs,
             self.instance,
@@ -187,10 +188,13 @@ class ScheduleTicker:
 
     def tick(self, moment: datetime) -> TickReport:
         """Evaluate the schedule as at `moment` and execute its requests (each run key once)."""
-        context = dg.build_schedule_context(
+        # The context opens its own instance from ours; closing it disposes of that instance
+        # (left open, its eventual garbage collection would reset Dagster's current-instance
+        # state in whatever code runs at that moment).
+        with dg.build_schedule_context(
             instance=self.instance, scheduled_execution_time=moment, resources=self.defs.resources
-        )
-        data = self.schedule.evaluate_tick(context)
+        ) as context:
+            data = self.schedule.evaluate_tick(context)
         return execute_once(
             self.defs,
             self.instance,

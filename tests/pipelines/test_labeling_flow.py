@@ -102,13 +102,13 @@ def test_inbox_sensor_requests_each_delivery_day_once(flywheel):
     sensor = flywheel.defs.resolve_sensor_def("inbox_sensor")
 
     def tick(cursor):
-        context = dg.build_sensor_context(
+        with dg.build_sensor_context(
             cursor=cursor,
             instance=flywheel.instance,
             resources={"label_store": store},
             definitions=flywheel.defs,
-        )
-        return sensor.evaluate_tick(context)
+        ) as context:
+            return sensor.evaluate_tick(context)
 
     first = tick(None)
     assert [r.partition_key for r in first.run_requests] == [NEXT]

@@ -9,13 +9,13 @@ from sim.replay import land_days
 
 def tick(flywheel, cursor: str | None):
     sensor = flywheel.defs.resolve_sensor_def("landing_sensor")
-    context = dg.build_sensor_context(
+    with dg.build_sensor_context(
         cursor=cursor,
         instance=flywheel.instance,
         resources={"landing_zone": flywheel.zone},
         definitions=flywheel.defs,
-    )
-    return sensor.evaluate_tick(context)
+    ) as context:
+        return sensor.evaluate_tick(context)
 
 
 def by_partition(result) -> dict[str | None, dg.RunRequest]:

@@ -106,8 +106,8 @@ def report(instance: dg.DagsterInstance, day: str, drifted: bool | None) -> None
 
 
 def tick(defs, sensor, instance, cursor):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs)
-    return sensor.evaluate_tick(context)
+    with dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs) as context:
+        return sensor.evaluate_tick(context)
 
 
 def test_drift_sensor_requests_once_per_event_and_keeps_quiet_in_cooldown(triggers) -> None:
@@ -155,9 +155,11 @@ def test_no_request_when_a_retraining_already_covers_the_day(triggers) -> None:
 def test_weekly_schedule_keys_runs_by_their_tick(triggers) -> None:
     *_, schedule = triggers
     moment = datetime(2013, 10, 7, 4, tzinfo=UTC)  # a Monday
-    with dg.instance_for_test() as instance:
-        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=moment)
-        (request,) = schedule.evaluate_tick(context).run_requests
+    with (
+        dg.instance_for_test() as instance,
+        dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx,
+    ):
+        (request,) = schedule.evaluate_tick(ctx).run_requests
     assert schedule.cron_schedule == "0 4 * * 1"
     assert request.run_key == f"retraining_schedule:{moment.isoformat()}"
     assert request.tags["flywheel/trigger"] == "schedule"
@@ -169,7 +171,28 @@ def test_weekly_schedule_skips_days_a_sensor_retraining_covered(triggers) -> Non
     moment = datetime(2013, 10, 7, 4, tzinfo=UTC)
     with dg.instance_for_test() as instance:
         add_retraining(instance, "2013-10-06")
-        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=moment)
-        data = schedule.evaluate_tick(context)
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx:
+            data = schedule.evaluate_tick(ctx)
     assert not data.run_requests
     assert "already retrains on data up to 2013-10-06" in data.skip_message
+
+
+def test_a_schedule_tick_in_the_simulator_leaves_no_instance_open(triggers) -> None:
+    """A schedule's evaluation context opens its own instance from ours. Left open, that
+    instance stays Dagster's current one, and its eventual garbage collection resets that state
+    under whatever code runs then (a later test failed that way, now and then)."""
+    # Internal to Dagster: where the current instance's definitions-state storage is kept.
+    from dagster._core.storage.defs_state.base import DefsStateStorage
+
+    from sim.driver import ScheduleTicker
+
+    defs, *_ = triggers
+    with dg.instance_for_test() as instance:
+        add_retraining(instance, "2013-10-06")  # the tick requests nothing: no run to execute
+        current = DefsStateStorage.get()
+        assert current is instance.defs_state_storage
+        report = ScheduleTicker(defs, instance, "retraining_schedule").tick(
+            datetime(2013, 10, 7, 4, tzinfo=UTC)
+        )
+        assert DefsStateStorage.get() is current
+    assert report.runs == []
