@@ -11,11 +11,12 @@ from numpy.typing import ArrayLike
 
 from ml.metrics import PROB_EPS, auroc, binary_metrics, logloss
 
-HOUR_BANDS: dict[str, tuple[int, int]] = {
-    "night": (0, 5),
-    "morning": (6, 11),
-    "afternoon": (12, 17),
-    "evening": (18, 23),
+# Bands are half-open intervals [low, high) of a numeric column.
+HOUR_BANDS: dict[str, tuple[float, float]] = {
+    "night": (0, 6),
+    "morning": (6, 12),
+    "afternoon": (12, 18),
+    "evening": (18, 24),
 }
 BOOTSTRAP_METRICS = ("auroc", "logloss", "brier")
 # Bound on the elements of one chunk of the (n_boot, n) resample matrix: about 32 MB of int64.
@@ -45,16 +46,24 @@ class Evaluation:
     comparison: dict[str, BootstrapResult] = field(default_factory=dict)
 
 
+def bands(values: ArrayLike, edges: dict[str, tuple[float, float]]) -> np.ndarray:
+    """Name the band [low, high) of ``edges`` each value falls in; a value in none of them is
+    "other", a missing one "missing"."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    named = np.full(v.shape, "other", dtype=object)
+    named[np.isnan(v)] = "missing"
+    for name, (low, high) in edges.items():
+        named[(v >= low) & (v < high)] = name
+    return named
+
+
 def hour_band(hours: ArrayLike) -> np.ndarray:
     """Map scheduled hours (0-23, fractions floored) to HOUR_BANDS names; NaN maps to "missing"."""
     h = np.asarray(hours, dtype=np.float64).ravel()
-    missing = np.isnan(h)
-    if np.any((h[~missing] < 0) | (h[~missing] >= 24)):
+    known = h[~np.isnan(h)]
+    if np.any((known < 0) | (known >= 24)):
         raise ValueError("hour_band needs hours in [0, 24)")
-    bands = np.full(h.shape, "missing", dtype=object)
-    for name, (first, last) in HOUR_BANDS.items():
-        bands[(h >= first) & (h < last + 1)] = name
-    return bands
+    return bands(h, HOUR_BANDS)
 
 
 def slice_metrics(

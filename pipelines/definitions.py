@@ -19,6 +19,7 @@ from pipelines.defs.scoring.assets import build_scoring_assets
 from pipelines.defs.training.assets import GPU_TAGS, build_training_assets
 from pipelines.defs.warehouse.assets import build_dbt_assets
 from pipelines.lib.partitions import daily_partitions
+from pipelines.model_spec import load_model_spec
 from pipelines.policy import load_policies
 from pipelines.resources import build_resources
 
@@ -30,9 +31,10 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
     daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]
     reference_raw = [ingestion[f.asset_name] for f in task.reference_feeds]
     daily_dbt, reference_dbt, training_dbt = build_dbt_assets(task)
+    spec = load_model_spec(task)
     monitoring_policy, promotion_policy = load_policies(task)
-    (predictions,) = build_scoring_assets(task)
-    feature_drift, model_performance = build_monitoring_assets(task, monitoring_policy)
+    (predictions,) = build_scoring_assets(task, spec)
+    feature_drift, model_performance = build_monitoring_assets(task, spec, monitoring_policy)
 
     daily_job = dg.define_asset_job(
         "daily_warehouse_job",
@@ -52,8 +54,8 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         daily_downstream=[*daily_dbt.keys, predictions.key, feature_drift.key],
         reference_downstream=list(reference_dbt.keys),
     )
-    label_tasks, labels = build_labeling_assets(task)
-    datasets = build_dataset_assets(task)
+    label_tasks, labels = build_labeling_assets(task, spec)
+    datasets = build_dataset_assets(task, spec)
     label_export_job = dg.define_asset_job(
         "label_export_job",
         selection=dg.AssetSelection.assets(label_tasks),
@@ -67,8 +69,8 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         description="Import the labels delivered on a day; measure the champion's performance.",
     )
     export_schedule, inbox_sensor = build_labeling_triggers(label_export_job, label_import_job)
-    training = build_training_assets(task.name)
-    evaluation = build_evaluation_assets(task, promotion_policy)
+    training = build_training_assets(task.name, spec.features)
+    evaluation = build_evaluation_assets(task, spec, promotion_policy)
     retraining_job = dg.define_asset_job(
         "retraining_job",
         selection=dg.AssetSelection.assets(training_dbt, *datasets, *training, *evaluation),

@@ -60,13 +60,14 @@ def flagged_segments(
 def realized_performance(
     labelled: pd.DataFrame, expected: Mapping[str, float], policy: MonitoringPolicy
 ) -> dict[str, object]:
-    """Realized AUC and log loss of scored, labelled flights beside the figures the champion
+    """Realized AUC and log loss of scored, labelled examples (columns `label` and
+    `probability`) beside the figures the champion
     showed at evaluation (`expected["auroc"]`, `expected["logloss"]`).
 
     `is_decayed` is set only with at least `min_labels` labels of both classes: fewer are too
     noisy to act on, and the row says so in `status`.
     """
-    y = labelled["is_late"].to_numpy(dtype=np.float64)
+    y = labelled["label"].to_numpy(dtype=np.float64)
     p = labelled["probability"].to_numpy(dtype=np.float64)
     val_auroc = float(expected.get("auroc", math.nan))
     val_logloss = float(expected.get("logloss", math.nan))

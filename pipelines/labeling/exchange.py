@@ -25,8 +25,8 @@ from pipelines.labeling import (
 )
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.lib.warehouse import has_relation, insert_rows, replace_rows
+from pipelines.model_spec import ModelSpec
 
-PREDICTIONS = "flight_predictions"  # written by batch scoring; absent until a model exists
 DRIFT_FLAGS = "drift_flagged_segments"  # written by drift monitoring; absent until it runs
 
 
@@ -56,18 +56,22 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def export_candidates(con: duckdb.DuckDBPyConnection, task: TaskSpec, day: str) -> pd.DataFrame:
-    """Features of the day's flights never exported on another day, with the champion's score."""
+def export_candidates(
+    con: duckdb.DuckDBPyConnection, task: TaskSpec, spec: ModelSpec, day: str
+) -> pd.DataFrame:
+    """Features of the day's flights never exported on another day, with the champion's score
+    (the predictions table is absent until a model exists)."""
     tasks = f"{RAW_SCHEMA}.{task.label_tasks_table}"
+    predictions = spec.predictions_table
     scores = (
-        f"left join {PREDICTIONS} p on p.flight_id = f.flight_id"
-        if has_relation(con, PREDICTIONS)
+        f"left join {predictions} p on p.flight_id = f.flight_id"
+        if has_relation(con, predictions)
         else "left join (select null::varchar as flight_id, null::double as probability, "
         "null::varchar as model_version) p on false"
     )
     return con.execute(
-        f"select f.*, p.probability as score, p.model_version from fct_flight_features f {scores} "
-        f"where f.flight_date = ? and f.flight_id not in "
+        f"select f.*, p.probability as score, p.model_version from {spec.features_table} f "
+        f"{scores} where f.{spec.time_column} = ? and f.flight_id not in "
         f"(select flight_id from {tasks} where _landing_date <> ?) order by f.flight_id",
         [day, day],
     ).df()
@@ -87,12 +91,13 @@ def export_day(
     con: duckdb.DuckDBPyConnection,
     store: LandingZone,
     task: TaskSpec,
+    spec: ModelSpec,
     day: str,
     budget: int,
     audit_share: float,
 ) -> ExportReport:
     """Choose the day's flights to label, write the batch to the outbox, record its tasks."""
-    candidates = export_candidates(con, task, day)
+    candidates = export_candidates(con, task, spec, day)
     flagged = flagged_segments(con, day)
     seed = int(hashlib.sha256(f"{task.name}/{day}".encode()).hexdigest()[:8], 16)
     chosen = select_for_labeling(

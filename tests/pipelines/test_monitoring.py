@@ -58,15 +58,13 @@ def test_realized_performance_needs_enough_labels_and_flags_decay() -> None:
     good = np.where(y, 0.7, 0.2) + rng.normal(0, 0.05, 400)
     validation = {"auroc": 0.9, "logloss": 0.40}
     few = realized_performance(
-        pd.DataFrame({"is_late": y[:50], "probability": good[:50]}), validation, POLICY
+        pd.DataFrame({"label": y[:50], "probability": good[:50]}), validation, POLICY
     )
     assert few["is_decayed"] is False and "too few labels (50 < 100" in few["status"]
-    fine = realized_performance(
-        pd.DataFrame({"is_late": y, "probability": good}), validation, POLICY
-    )
+    fine = realized_performance(pd.DataFrame({"label": y, "probability": good}), validation, POLICY)
     assert fine["auroc"] > 0.9 - POLICY.max_auroc_drop and fine["is_decayed"] is False
     noise = realized_performance(
-        pd.DataFrame({"is_late": y, "probability": rng.random(400)}), validation, POLICY
+        pd.DataFrame({"label": y, "probability": rng.random(400)}), validation, POLICY
     )
     assert noise["auroc"] < 0.7 and noise["is_decayed"] is True
 

@@ -12,6 +12,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
+from ml.config import FeatureConfig
 from ml.synthetic import make_flights
 from pipelines.defs.training.assets import build_training_assets
 from pipelines.lib.tracking import (
@@ -59,7 +60,7 @@ def materialize(
     instance: dg.DagsterInstance, tracker: MlflowTracker, tmp_path: Path, **config: object
 ) -> dg.ExecuteInProcessResult:
     return dg.materialize(
-        build_training_assets("flights"),
+        build_training_assets("flights", FeatureConfig()),
         instance=instance,
         resources={
             "tracker": tracker,

@@ -7,6 +7,7 @@ from ml.splits import split_by_time
 from pipelines.contracts import TaskSpec
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
+from pipelines.model_spec import ModelSpec
 
 
 class DatasetConfig(dg.Config):
@@ -31,12 +32,12 @@ def split_summary(splits: dict[str, pd.DataFrame], label: str, date_column: str)
     return pd.DataFrame(rows).to_markdown(index=False)
 
 
-def build_dataset_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
+def build_dataset_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefinition]:
     """The `training_dataset` asset of `task`."""
 
     @dg.asset(
         group_name="datasets",
-        deps=["fct_labelled_flights"],
+        deps=[spec.examples_table],
         pool=WAREHOUSE_POOL,
         kinds={"dvc", "parquet"},
     )
@@ -44,8 +45,10 @@ def build_dataset_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
         config: DatasetConfig, warehouse: DuckDBWarehouse, dataset_store: DvcDatasetStore
     ) -> dg.MaterializeResult:
         """Labelled examples as train/validation/test Parquet (latest days held out), in DVC."""
-        examples = warehouse.query("select * from fct_labelled_flights order by flight_id")
-        splits = split_by_time(examples, "flight_date", config.validation_days, config.test_days)
+        examples = warehouse.query(
+            f"select * from {spec.examples_table} order by {spec.example_id}"
+        )
+        splits = split_by_time(examples, spec.time_column, config.validation_days, config.test_days)
         version = dataset_store.save(task.name, splits)
         schema = {c: str(t) for c, t in examples.dtypes.items()}
         return dg.MaterializeResult(
@@ -55,7 +58,7 @@ def build_dataset_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
                 "path": str(version.path),
                 "pointer": str(version.pointer),
                 "dagster/row_count": len(examples),
-                "splits": dg.MetadataValue.md(split_summary(splits, "is_late", "flight_date")),
+                "splits": dg.MetadataValue.md(split_summary(splits, spec.label, spec.time_column)),
                 "schema": schema,
             },
         )

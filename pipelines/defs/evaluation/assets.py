@@ -17,6 +17,7 @@ from pipelines.defs.training.assets import latest_dataset
 from pipelines.lib.registry import champion, model_version, record_decision, registered_name
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
+from pipelines.model_spec import ModelSpec
 from pipelines.policy import PromotionPolicy
 
 GROUP = "evaluation"
@@ -32,7 +33,9 @@ def latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str,
     return {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
 
-def build_evaluation_assets(task: TaskSpec, policy: PromotionPolicy) -> list[dg.AssetsDefinition]:
+def build_evaluation_assets(
+    task: TaskSpec, spec: ModelSpec, policy: PromotionPolicy
+) -> list[dg.AssetsDefinition]:
     """`model_evaluation` and `champion_model` for `task`."""
     name = registered_name(task.name)
 
@@ -47,7 +50,7 @@ def build_evaluation_assets(task: TaskSpec, policy: PromotionPolicy) -> list[dg.
         current = champion(tracker, name)
         dataset = latest_dataset(context.instance)
         result = evaluate_challenger(
-            tracker, warehouse, dataset, challenger, current, policy, seed=0
+            tracker, warehouse, spec, dataset, challenger, current, policy, seed=0
         )
         log_evaluation(tracker, challenger, result)
         inputs = gate_inputs(result, policy)

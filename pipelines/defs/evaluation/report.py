@@ -11,24 +11,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ml.config import FeatureConfig
 from pipelines.lib.registry import PROFILE_ARTIFACT, ModelVersion, load_model, log_json, log_png
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import DuckDBWarehouse
+from pipelines.model_spec import ModelSpec
 from pipelines.policy import PromotionPolicy
 
 if TYPE_CHECKING:
     from ml.evaluation import Evaluation
     from pipelines.defs.training.assets import TrainingDataset
 
-# Slices named in the issue: carrier, origin, scheduled-hour band, month.
-SLICES = {"carrier": "carrier", "origin": "origin", "hour_band": "hour_band", "month": "month"}
 METRICS = ("auroc", "logloss", "brier", "ece")
 # Labels chosen uniformly at random; targeted picks (uncertainty, drift segments) would bias
 # every metric towards hard cases, so evaluation uses these when there are enough.
 UNBIASED_REASONS = ("audit", "random")
 MIN_UNBIASED_ROWS = 200
-FEATURES_TABLE = "fct_flight_features"
 
 
 @dataclass
@@ -44,37 +41,39 @@ class ChallengerEvaluation:
     plots: dict[str, bytes]
 
 
-def _scores(tracker: MlflowTracker, version: ModelVersion, frame: pd.DataFrame) -> np.ndarray:
+def _scores(
+    tracker: MlflowTracker, spec: ModelSpec, version: ModelVersion, frame: pd.DataFrame
+) -> np.ndarray:
     from ml.pyfunc import model_input
 
-    return np.asarray(load_model(tracker, version).predict(model_input(frame)), dtype=np.float64)
+    scores = load_model(tracker, version).predict(model_input(frame, spec.features))
+    return np.asarray(scores, dtype=np.float64)
 
 
 def reference_profile(
     tracker: MlflowTracker,
     warehouse: DuckDBWarehouse,
+    spec: ModelSpec,
     frames: dict[str, pd.DataFrame],
     model: ModelVersion,
 ) -> dict:
-    """Every flight (labelled or not) of the training days, and the model's scores on every
-    flight of the validation days: what monitoring later compares production with."""
+    """Every example (labelled or not) of the training days, and the model's scores on every
+    example of the validation days: what monitoring later compares production with."""
     from ml.drift import build_reference
 
-    features = FeatureConfig()
-    query = f"select * from {FEATURES_TABLE} where flight_date between ? and ?"
+    features = spec.features
+    query = f"select * from {spec.features_table} where {spec.time_column} between ? and ?"
     with warehouse.connect() as con:
-        train = con.execute(query, _span(frames["train"])).df()
-        validation = con.execute(query, _span(frames["validation"])).df()
-    scores = _scores(tracker, model, validation)
+        train = con.execute(query, _span(frames["train"], spec)).df()
+        validation = con.execute(query, _span(frames["validation"], spec)).df()
+    scores = _scores(tracker, spec, model, validation)
     profile = build_reference(train, features.categorical, features.numeric, predictions=scores)
     return profile.to_dict()
 
 
-def _span(frame: pd.DataFrame) -> list[str]:
-    return [
-        pd.Timestamp(d).date().isoformat()
-        for d in (frame.flight_date.min(), frame.flight_date.max())
-    ]
+def _span(frame: pd.DataFrame, spec: ModelSpec) -> list[str]:
+    days = frame[spec.time_column]
+    return [pd.Timestamp(d).date().isoformat() for d in (days.min(), days.max())]
 
 
 def unbiased_sample(test: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -92,6 +91,7 @@ def unbiased_sample(test: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 def evaluate_challenger(
     tracker: MlflowTracker,
     warehouse: DuckDBWarehouse,
+    spec: ModelSpec,
     dataset: TrainingDataset,
     challenger: ModelVersion,
     champion: ModelVersion | None,
@@ -102,22 +102,23 @@ def evaluate_challenger(
     and compare them overall, by slice and (challenger vs champion) with paired bootstraps."""
     from ml.baselines import baseline_predictions
     from ml.data import TabularDataModule
-    from ml.evaluation import evaluate_models, hour_band
+    from ml.evaluation import evaluate_models
 
     frames = {s: pd.read_parquet(dataset.split(s)) for s in ("train", "validation", "test")}
     test, sample = unbiased_sample(frames["test"])
-    predictions = {"challenger": _scores(tracker, challenger, test)}
+    predictions = {"challenger": _scores(tracker, spec, challenger, test)}
     if champion is not None:
-        predictions["champion"] = _scores(tracker, champion, test)
-    datamodule = TabularDataModule(frames["train"], frames["validation"], test, seed=seed)
+        predictions["champion"] = _scores(tracker, spec, champion, test)
+    datamodule = TabularDataModule(
+        frames["train"], frames["validation"], test, features=spec.features, seed=seed
+    )
     predictions |= baseline_predictions(datamodule, "test", seed)
-    label = FeatureConfig().label
-    sliced = test.assign(hour_band=hour_band(test.scheduled_hour), month=test.scheduled_month)
+    label = spec.label
     evaluation = evaluate_models(
-        sliced,
+        test,
         label,
         predictions,
-        SLICES,
+        spec.slice_keys(),
         reference="challenger",
         against="champion" if champion is not None else None,
         n_boot=policy.n_boot,
@@ -129,8 +130,8 @@ def evaluate_challenger(
         evaluation=evaluation,
         labels=labels,
         predictions=predictions,
-        window=tuple(_span(test)),
-        profile=reference_profile(tracker, warehouse, frames, challenger),
+        window=tuple(_span(test, spec)),
+        profile=reference_profile(tracker, warehouse, spec, frames, challenger),
         sample=sample,
         plots=plots(labels, predictions, evaluation),
     )

@@ -8,6 +8,7 @@ from pipelines.labeling.exchange import export_day, import_day
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
+from pipelines.model_spec import ModelSpec
 
 GROUP = "labeling"
 
@@ -20,14 +21,14 @@ class LabelSelectionConfig(dg.Config):
     audit_share: float = 0.4
 
 
-def build_labeling_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
+def build_labeling_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefinition]:
     """The label-task export (by landing day) and the label import (by delivery day)."""
 
     @dg.asset(
         name=task.label_tasks_table,
         group_name=GROUP,
         partitions_def=daily_partitions(task),
-        deps=["fct_flight_features"],
+        deps=[spec.features_table],
         pool=WAREHOUSE_POOL,
         kinds={"duckdb", "json"},
     )
@@ -41,7 +42,13 @@ def build_labeling_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
         with warehouse.connect() as con:
             ensure_raw_tables(con, task)
             report = export_day(
-                con, label_store, task, context.partition_key, config.budget, config.audit_share
+                con,
+                label_store,
+                task,
+                spec,
+                context.partition_key,
+                config.budget,
+                config.audit_share,
             )
         return dg.MaterializeResult(
             metadata={

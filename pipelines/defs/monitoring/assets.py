@@ -6,14 +6,14 @@ from functools import lru_cache
 import dagster as dg
 import pandas as pd
 
-from ml.config import FeatureConfig
 from ml.drift import ReferenceProfile
 from pipelines.contracts import TaskSpec
-from pipelines.defs.scoring.assets import PREDICTIONS
+from pipelines.ingestion import RAW_SCHEMA
 from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.registry import PROFILE_ARTIFACT, champion, read_json, registered_name
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse, has_relation, replace_rows
+from pipelines.model_spec import ModelSpec
 from pipelines.monitoring import drift_table, flagged_segments, realized_performance
 from pipelines.policy import MonitoringPolicy
 
@@ -21,8 +21,6 @@ GROUP = "monitoring"
 DRIFT_TABLE = "monitoring_feature_drift"
 FLAGS_TABLE = "drift_flagged_segments"
 PERFORMANCE_TABLE = "monitoring_performance"
-LABELS_VIEW = "stg_labels__flight_labels"
-TASKS_TABLE = "raw.label_tasks"
 
 
 def window(day: str, days: int) -> tuple[str, str]:
@@ -37,15 +35,18 @@ def _no_champion(context: dg.AssetExecutionContext, name: str) -> dg.Materialize
     return dg.MaterializeResult(metadata={"model_version": "none (no champion yet)"})
 
 
-def build_monitoring_assets(task: TaskSpec, policy: MonitoringPolicy) -> list[dg.AssetsDefinition]:
+def build_monitoring_assets(
+    task: TaskSpec, spec: ModelSpec, policy: MonitoringPolicy
+) -> list[dg.AssetsDefinition]:
     """`feature_drift` (after scoring) and `model_performance` (after label import), daily."""
     name = registered_name(task.name)
-    features = FeatureConfig()
+    predictions, day_column = spec.predictions_table, spec.time_column
+    tasks_table = f"{RAW_SCHEMA}.{task.label_tasks_table}"
 
     @dg.asset(
         group_name=GROUP,
         partitions_def=daily_partitions(task),
-        deps=["fct_flight_features", PREDICTIONS],
+        deps=[spec.features_table, predictions],
         pool=WAREHOUSE_POOL,
         # In a backfill's single run the window ends on the range's last day.
         backfill_policy=dg.BackfillPolicy.single_run(),
@@ -64,17 +65,17 @@ def build_monitoring_assets(task: TaskSpec, policy: MonitoringPolicy) -> list[dg
         first, last = window(day, policy.window_days)
         with warehouse.connect() as con:
             recent = con.execute(
-                "select * from fct_flight_features where flight_date between ? and ?",
+                f"select * from {spec.features_table} where {day_column} between ? and ?",
                 [first, last],
             ).df()
             scores = None
-            if has_relation(con, PREDICTIONS):
+            if has_relation(con, predictions):
                 scores = con.execute(
-                    f"select probability from {PREDICTIONS} where flight_date between ? and ? "
+                    f"select probability from {predictions} where {day_column} between ? and ? "
                     "and model_version = ?",
                     [first, last, current.version],
                 ).df()["probability"]
-        drift = drift_table(profile, recent, scores, features, policy)
+        drift = drift_table(profile, recent, scores, spec.features, policy)
         flags = flagged_segments(profile, recent, drift, policy)
         drift = drift.assign(monitored_on=pd.Timestamp(day).date(), model_version=current.version)
         flags = flags.assign(flagged_at=pd.Timestamp(day), model_version=current.version)
@@ -95,7 +96,7 @@ def build_monitoring_assets(task: TaskSpec, policy: MonitoringPolicy) -> list[dg
                 "max_psi": float(drift.psi.max()),
                 "model_version": current.version,
                 "window": f"{first}..{last}",
-                "flights": len(recent),
+                "examples": len(recent),
                 "flagged_segments": [
                     f"{kind}:{value}"
                     for kind, value in zip(flags.segment_type, flags.segment_value, strict=True)
@@ -111,7 +112,7 @@ def build_monitoring_assets(task: TaskSpec, policy: MonitoringPolicy) -> list[dg
     @dg.asset(
         group_name=GROUP,
         partitions_def=daily_partitions(task),
-        deps=[task.labels_table, PREDICTIONS],
+        deps=[task.labels_table, predictions],
         pool=WAREHOUSE_POOL,
         kinds={"duckdb"},
     )
@@ -119,20 +120,20 @@ def build_monitoring_assets(task: TaskSpec, policy: MonitoringPolicy) -> list[dg
         context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, tracker: MlflowTracker
     ) -> dg.MaterializeResult:
         """The champion's realized AUC and log loss on the uniformly sampled labels known so far
-        for the recent window's flights, beside the figures it showed at evaluation."""
+        for the recent window's examples, beside the figures it showed at evaluation."""
         current = champion(tracker, name)
         if current is None:
             return _no_champion(context, name)
         first, last = window(context.partition_key, policy.performance_window_days)
         with warehouse.connect() as con:
-            labelled = pd.DataFrame(columns=["is_late", "probability"])
-            if has_relation(con, PREDICTIONS):
+            labelled = pd.DataFrame(columns=["label", "probability"])
+            if has_relation(con, predictions):
                 # Uniformly sampled labels only, as at evaluation: targeted ones favour hard cases.
                 labelled = con.execute(
-                    f"select l.is_late, p.probability from {PREDICTIONS} p "
-                    f"join {LABELS_VIEW} l using (flight_id) "
-                    f"join {TASKS_TABLE} t using (flight_id) "
-                    "where p.flight_date between ? and ? and p.model_version = ? "
+                    f"select l.{spec.label} as label, p.probability from {predictions} p "
+                    f"join {spec.labels_view} l using ({spec.example_id}) "
+                    f"join {tasks_table} t using ({spec.example_id}) "
+                    f"where p.{day_column} between ? and ? and p.model_version = ? "
                     "and l.known_at < cast(? as date) + 1 and t.reason in ('audit', 'random')",
                     [first, last, current.version, last],
                 ).df()

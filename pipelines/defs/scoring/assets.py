@@ -1,4 +1,4 @@
-"""Batch scoring: each landing day's scheduled flights scored by the champion."""
+"""Batch scoring: each landing day's examples scored by the champion."""
 
 from datetime import UTC, datetime
 
@@ -10,38 +10,37 @@ from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.registry import champion, load_model, registered_name
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse, replace_rows
-
-PREDICTIONS = "flight_predictions"
-FEATURES = "fct_flight_features"
+from pipelines.model_spec import ModelSpec
 
 
-def ensure_predictions_table(con) -> None:
-    """Create the predictions table (typed like the features' keys) if it does not exist."""
+def ensure_predictions_table(con, spec: ModelSpec) -> None:
+    """Create the predictions table (keys typed like the features') if it does not exist."""
     con.execute(
-        f"create table if not exists {PREDICTIONS} as select flight_id, flight_date, "
+        f"create table if not exists {spec.predictions_table} as "
+        f"select {spec.example_id}, {spec.time_column}, "
         "0.0::double as probability, 0::integer as model_version, "
-        f"now()::timestamp as scored_at from {FEATURES} where false"
+        f"now()::timestamp as scored_at from {spec.features_table} where false"
     )
 
 
-def build_scoring_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
-    """The daily `flight_predictions` asset of `task`."""
+def build_scoring_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefinition]:
+    """The daily predictions asset of `task`, named like its table."""
     name = registered_name(task.name)
 
     @dg.asset(
-        name=PREDICTIONS,
+        name=spec.predictions_table,
         group_name="scoring",
         partitions_def=daily_partitions(task),
-        deps=[FEATURES],
+        deps=[spec.features_table],
         pool=WAREHOUSE_POOL,
         # A backfill scores its whole range in one run, like the models it reads.
         backfill_policy=dg.BackfillPolicy.single_run(),
         kinds={"mlflow", "duckdb"},
     )
-    def flight_predictions(
+    def predictions(
         context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, tracker: MlflowTracker
     ) -> dg.MaterializeResult:
-        """Score the landing day's flights with the champion; a re-run replaces the day's rows."""
+        """Score the landing day's examples with the champion; a re-run replaces the day's rows."""
         from ml.pyfunc import model_input
 
         days = (context.partition_key_range.start, context.partition_key_range.end)
@@ -53,25 +52,27 @@ def build_scoring_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
             )
         with warehouse.connect() as con:
             features = con.execute(
-                f"select * from {FEATURES} where flight_date between ? and ?", list(days)
+                f"select * from {spec.features_table} where {spec.time_column} between ? and ?",
+                list(days),
             ).df()
         if features.empty:
             raise dg.Failure(
-                f"{FEATURES} has no flights in {days[0]}..{days[1]}: build the day's models first"
+                f"{spec.features_table} has no rows in {days[0]}..{days[1]}: "
+                "build the day's models first"
             )
-        scores = load_model(tracker, current).predict(model_input(features))
+        scores = load_model(tracker, current).predict(model_input(features, spec.features))
         rows = pd.DataFrame(
             {
-                "flight_id": features.flight_id,
-                "flight_date": features.flight_date,
+                spec.example_id: features[spec.example_id],
+                spec.time_column: features[spec.time_column],
                 "probability": pd.Series(scores, dtype="float64").to_numpy(),
                 "model_version": current.version,
                 "scored_at": datetime.now(UTC).replace(tzinfo=None),
             }
         )
         with warehouse.connect() as con:
-            ensure_predictions_table(con)
-            replace_rows(con, PREDICTIONS, "flight_date", days, rows)
+            ensure_predictions_table(con, spec)
+            replace_rows(con, spec.predictions_table, spec.time_column, days, rows)
         return dg.MaterializeResult(
             metadata={
                 "dagster/row_count": len(rows),
@@ -81,4 +82,4 @@ def build_scoring_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
             }
         )
 
-    return [flight_predictions]
+    return [predictions]

@@ -9,7 +9,7 @@ import dagster as dg
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ml.config import ModelConfig, TrainConfig, TuneConfig
+from ml.config import FeatureConfig, ModelConfig, TrainConfig, TuneConfig
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
 
 # torch, Lightning and scikit-learn load in the training step only, not in every step process
@@ -99,7 +99,7 @@ def results_metadata(
     }
 
 
-def build_training_assets(task_name: str) -> list[dg.AssetsDefinition]:
+def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.AssetsDefinition]:
     """The training assets of `task_name`: the challenger model trained on its dataset."""
     registered = f"flywheel-{task_name}"
 
@@ -126,7 +126,7 @@ def build_training_assets(task_name: str) -> list[dg.AssetsDefinition]:
         study = f"{task_name}-{dataset.dvc_hash[:12]}"
         tune_config, train_config = ml_configs(config, study, tuning_storage)
         datamodule = TabularDataModule(
-            dataset.split("train"), dataset.split("validation"), seed=config.seed
+            dataset.split("train"), dataset.split("validation"), features=features, seed=config.seed
         )
         tags = {
             "dataset.dvc_hash": dataset.dvc_hash,
@@ -141,7 +141,9 @@ def build_training_assets(task_name: str) -> list[dg.AssetsDefinition]:
             challenger = fit_challenger(
                 datamodule, tune_config, ModelConfig(), train_config, checkpoints, callback
             )
-            version = log_challenger(tracker, run.info.run_id, challenger, dataset, registered)
+            version = log_challenger(
+                tracker, run.info.run_id, challenger, dataset, registered, features
+            )
         metadata = results_metadata(
             challenger, registered, version, run.info.run_id, tracker.run_url(run.info.run_id)
         )
@@ -159,6 +161,7 @@ def log_challenger(
     challenger: "Challenger",
     dataset: TrainingDataset,
     registered: str,
+    features: FeatureConfig,
 ) -> int:
     """Log the challenger's parameters, metrics and model to the run; return its new version."""
     # Imported here: logging a model pulls in the MLflow model flavours, which loading the
@@ -182,5 +185,5 @@ def log_challenger(
     ]
     tracker.log_metrics(run_id, val | baselines | tuning, curve)
     examples = next(pq.ParquetFile(dataset.split("validation")).iter_batches(5)).to_pandas()
-    info = log_model(challenger.checkpoint, examples, registered)
+    info = log_model(challenger.checkpoint, examples, registered, features)
     return int(info.registered_model_version)

@@ -1,0 +1,105 @@
+"""The task's `model` section: what the model side reads, and clear errors for bad settings."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from ml.config import FeatureConfig
+from pipelines.contracts import load_task
+from pipelines.definitions import build_definitions
+from pipelines.model_spec import load_model_spec
+
+FLIGHTS = load_task("flights")
+
+
+def with_model(tmp_path: Path, **changes) -> Path:
+    """A copy of the flights task whose `model` section has `changes` (None deletes a key)."""
+    raw = yaml.safe_load(FLIGHTS.path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            raw["model"].pop(key)
+        else:
+            raw["model"][key] = value
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def spec_of(path: Path):
+    return load_model_spec(replace(FLIGHTS, path=path))
+
+
+def test_the_flights_section_describes_the_models_defaults() -> None:
+    spec = load_model_spec(FLIGHTS)
+    assert spec.features == FeatureConfig()
+    assert (spec.example_id, spec.label, spec.time_column) == (
+        "flight_id",
+        "is_late",
+        "flight_date",
+    )
+    assert list(spec.slices) == ["carrier", "origin", "hour_band", "month"]
+
+
+def test_slices_group_by_a_column_or_by_bands_of_one() -> None:
+    keys = load_model_spec(FLIGHTS).slice_keys()
+    frame = pd.DataFrame({"scheduled_hour": [0, 5, 6, 11.5, 12, 17, 18, 23, np.nan]})
+    assert keys["carrier"] == "carrier" and keys["month"] == "scheduled_month"
+    assert keys["hour_band"](frame).tolist() == [
+        *["night"] * 2,
+        *["morning"] * 2,
+        *["afternoon"] * 2,
+        *["evening"] * 2,
+        "missing",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"numeric": None}, "missing ['numeric']"),
+        ({"learning_rate": 0.1}, "unknown settings ['learning_rate']"),
+        ({"categorical": ["carrier", "distance"]}, "both categorical and numeric: ['distance']"),
+        ({"categorical": [], "numeric": []}, "no feature columns"),
+        ({"slices": {"hour": {"col": "scheduled_hour"}}}, "slice 'hour' needs `column`"),
+        (
+            {"slices": {"hour": {"column": "scheduled_hour", "bands": {"late": [20, 4]}}}},
+            "band 'late' of slice 'hour' needs [low, high)",
+        ),
+    ],
+    ids=["missing", "unknown", "overlap", "empty", "slice-without-column", "inverted-band"],
+)
+def test_bad_settings_are_refused_naming_them(tmp_path, changes, message) -> None:
+    with pytest.raises(ValueError, match="model") as error:
+        spec_of(with_model(tmp_path, **changes))
+    assert message in str(error.value)
+
+
+def test_the_assets_read_their_tables_from_the_section(tmp_path, monkeypatch) -> None:
+    """Another task's names reach the asset graph: scoring is named after its table, and the
+    dataset, drift and label-export assets depend on the task's own dbt models."""
+    path = with_model(
+        tmp_path,
+        features_table="fct_order_features",
+        examples_table="fct_labelled_orders",
+        predictions_table="order_predictions",
+    )
+    monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path / "home"))
+    defs = build_definitions(env="local", task_name=str(path))
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert "order_predictions" in keys and "flight_predictions" not in keys
+    parents = {
+        name: {p.to_user_string() for p in graph.get(dg.AssetKey(name)).parent_keys}
+        for name in ("order_predictions", "feature_drift", "training_dataset", "label_tasks")
+    }
+    assert parents["order_predictions"] == {"fct_order_features"}
+    assert parents["feature_drift"] == {"fct_order_features", "order_predictions"}
+    assert parents["training_dataset"] == {"fct_labelled_orders"}
+    assert parents["label_tasks"] == {"fct_order_features"}
