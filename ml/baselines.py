@@ -20,20 +20,6 @@ def _one_hot(cardinalities: list[int]) -> OneHotEncoder:
     return OneHotEncoder(categories=[np.arange(c) for c in cardinalities], handle_unknown="error")
 
 
-def logistic_regression(
-    datamodule: TabularDataModule, split: str = "val", seed: int = 0
-) -> dict[str, float]:
-    """Fit an L2 logistic regression on one-hot categories plus standardised numerics."""
-    return binary_metrics(_labels(datamodule, split), _logistic_probs(datamodule, split, seed))
-
-
-def hist_gradient_boosting(
-    datamodule: TabularDataModule, split: str = "val", seed: int = 0
-) -> dict[str, float]:
-    """Fit a HistGradientBoostingClassifier on category codes and standardised numerics."""
-    return binary_metrics(_labels(datamodule, split), _boosting_probs(datamodule, split, seed))
-
-
 def baseline_predictions(
     datamodule: TabularDataModule, split: str = "val", seed: int = 0
 ) -> dict[str, np.ndarray]:

@@ -11,13 +11,6 @@ from numpy.typing import ArrayLike
 
 from ml.metrics import PROB_EPS, auroc, binary_metrics, logloss
 
-# Bands are half-open intervals [low, high) of a numeric column.
-HOUR_BANDS: dict[str, tuple[float, float]] = {
-    "night": (0, 6),
-    "morning": (6, 12),
-    "afternoon": (12, 18),
-    "evening": (18, 24),
-}
 BOOTSTRAP_METRICS = ("auroc", "logloss", "brier")
 # Bound on the elements of one chunk of the (n_boot, n) resample matrix: about 32 MB of int64.
 _CHUNK_ELEMENTS = 4_000_000
@@ -47,23 +40,14 @@ class Evaluation:
 
 
 def bands(values: ArrayLike, edges: dict[str, tuple[float, float]]) -> np.ndarray:
-    """Name the band [low, high) of ``edges`` each value falls in; a value in none of them is
-    "other", a missing one "missing"."""
+    """Name the band of ``edges`` (name: half-open [low, high)) each value falls in; a value in
+    none of them is "other", a missing one "missing"."""
     v = np.asarray(values, dtype=np.float64).ravel()
     named = np.full(v.shape, "other", dtype=object)
     named[np.isnan(v)] = "missing"
     for name, (low, high) in edges.items():
         named[(v >= low) & (v < high)] = name
     return named
-
-
-def hour_band(hours: ArrayLike) -> np.ndarray:
-    """Map scheduled hours (0-23, fractions floored) to HOUR_BANDS names; NaN maps to "missing"."""
-    h = np.asarray(hours, dtype=np.float64).ravel()
-    known = h[~np.isnan(h)]
-    if np.any((known < 0) | (known >= 24)):
-        raise ValueError("hour_band needs hours in [0, 24)")
-    return bands(h, HOUR_BANDS)
 
 
 def slice_metrics(

@@ -86,6 +86,8 @@ class TaskSpec:
     label_tasks_table: str | None = None
     label_tasks_columns: dict[str, str] = field(default_factory=dict)
     path: Path = field(default=Path(), compare=False)
+    # The YAML's other sections (model, monitoring, promotion), read by their own loaders.
+    sections: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def daily_feeds(self) -> list[FeedSpec]:
@@ -152,4 +154,5 @@ def load_task(name_or_path: str | Path = "flights") -> TaskSpec:
         label_tasks_table=raw.get("labels", {}).get("tasks_table"),
         label_tasks_columns=raw.get("labels", {}).get("tasks_columns", {}),
         path=path,
+        sections=raw,
     )

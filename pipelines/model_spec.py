@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import yaml
-
 from ml.config import FeatureConfig
 from ml.evaluation import SliceKey, bands
 from pipelines.contracts import TaskSpec
@@ -84,7 +82,7 @@ def _slice(name: str, raw: object, where: str) -> SliceSpec:
 
 def load_model_spec(task: TaskSpec) -> ModelSpec:
     """The task's `model` section, with its example id and label from the `labels` section."""
-    raw = yaml.safe_load(task.path.read_text()) or {}
+    raw = task.sections
     where = f"{task.path}: model"
     section = raw.get("model")
     if not isinstance(section, dict):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-import yaml
-
 from ml.promotion import GateConfig
 from pipelines.contracts import TaskSpec
 
@@ -47,7 +45,7 @@ def _build(cls: type, section: dict, where: str):
 
 def load_policies(task: TaskSpec) -> tuple[MonitoringPolicy, PromotionPolicy]:
     """The task's `monitoring` and `promotion` sections (defaults where a section is absent)."""
-    raw = yaml.safe_load(task.path.read_text()) if task.path.is_file() else {}
+    raw = task.sections
     monitoring = _build(MonitoringPolicy, raw.get("monitoring") or {}, f"{task.path}: monitoring")
     promotion = dict(raw.get("promotion") or {})
     outer = {k: promotion.pop(k) for k in ("confidence", "n_boot") if k in promotion}

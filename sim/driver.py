@@ -8,7 +8,6 @@ Runs carry the tags a daemon-launched run would, so they show in the Dagster UI 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,18 +141,6 @@ class SensorTicker:
             self.cursor_path.parent.mkdir(parents=True, exist_ok=True)
             self.cursor_path.write_text(result.cursor)
         return report
-
-
-def warehouse_summary(defs: dg.Definitions) -> dict[str, int]:
-    """Row counts of the main warehouse tables, read through the warehouse resource."""
-    counts = defs.resources["warehouse"].query(
-        "select (select count(*) from raw.flights) as raw_flights, "
-        "(select count(*) from raw.quarantine) as quarantined_rows, "
-        "(select count(*) from fct_flight_features) as flight_features, "
-        "(select count(*) from raw.label_tasks) as label_tasks, "
-        "(select count(*) from raw.flight_labels) as labels"
-    )
-    return {k: int(v) for k, v in json.loads(counts.to_json(orient="records"))[0].items()}
 
 
 class ScheduleTicker:

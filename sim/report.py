@@ -17,9 +17,8 @@ import pandas as pd
 
 from ml.metrics import auroc, logloss
 from pipelines.lib.registry import load_model, model_version, registered_name, versions
+from sim.driver import RETRAINING_JOB
 from sim.labeling import is_late
-
-RETRAINING_JOB = "retraining_job"
 
 
 @dataclass

@@ -7,6 +7,10 @@ import pandas as pd
 
 from pipelines.labeling.label_studio import SEGMENT_TYPES
 
+# The reasons of picks drawn uniformly from a day's flights: the labels that give unbiased
+# estimates (targeted picks favour hard cases).
+UNIFORM_REASONS = ("audit", "random")
+
 
 def select_for_labeling(
     candidates: pd.DataFrame,

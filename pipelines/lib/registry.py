@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 CHAMPION = "champion"
 PROFILE_ARTIFACT = "monitoring/reference_profile.json"
-VALIDATION_ARTIFACT = "monitoring/validation_metrics.json"
 
 
 class NoChampionError(LookupError):

@@ -10,8 +10,8 @@ import pytest
 
 from ml.evaluation import (
     BootstrapResult,
+    bands,
     evaluate_models,
-    hour_band,
     paired_bootstrap,
     slice_metrics,
 )
@@ -27,17 +27,23 @@ def scored(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return y, strong, weak
 
 
-def test_hour_bands_cover_the_day_at_their_boundaries() -> None:
-    hours = [0, 5, 5.5, 6, 11, 12, 17, 18, 23, 23.9, np.nan]
-    assert hour_band(hours).tolist() == [
+DAY = {"night": (0, 6), "morning": (6, 12), "afternoon": (12, 18), "evening": (18, 24)}
+
+
+def day_band(frame: pd.DataFrame) -> np.ndarray:
+    return bands(frame["hour"], DAY)
+
+
+def test_bands_are_half_open_and_name_what_they_miss() -> None:
+    hours = [0, 5, 5.5, 6, 11, 12, 17, 18, 23, 23.9, np.nan, 24, -1]
+    assert bands(hours, DAY).tolist() == [
         *["night"] * 3,
         *["morning"] * 2,
         *["afternoon"] * 2,
         *["evening"] * 3,
         "missing",
+        *["other"] * 2,
     ]
-    with pytest.raises(ValueError):
-        hour_band([24])
 
 
 def test_slice_metrics_by_hand() -> None:
@@ -49,9 +55,7 @@ def test_slice_metrics_by_hand() -> None:
         }
     )
     p = np.array([0.1, 0.9, 0.2, 0.8, 0.6, 0.7])
-    out = slice_metrics(
-        frame, "y", {"m": p}, {"group": "group", "band": lambda f: hour_band(f["hour"])}
-    )
+    out = slice_metrics(frame, "y", {"m": p}, {"group": "group", "band": day_band})
     assert out.columns.tolist() == ["slice", "value", "n", "positives", "model", "auroc", "logloss"]
     rows = out.set_index(["slice", "value"])
     a, b = rows.loc[("group", "A")], rows.loc[("group", "B")]
@@ -127,7 +131,7 @@ def test_evaluate_models_puts_the_pieces_together() -> None:
     y, strong, weak = scored(1000)
     frame = pd.DataFrame({"is_late": y.astype(bool), "hour": np.arange(1000) % 24})
     predictions = {"challenger": strong, "champion": weak}
-    slices = {"hour_band": lambda f: hour_band(f["hour"])}
+    slices = {"hour_band": day_band}
     result = evaluate_models(frame, "is_late", predictions, slices, "challenger", "champion", 200)
     assert result.overall.columns.tolist() == ["model", "n", "auroc", "logloss", "brier", "ece"]
     overall = result.overall.set_index("model")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date
 from functools import cache
 from pathlib import Path
@@ -73,15 +75,22 @@ class Flywheel:
         return self.sql(query)[0][0]
 
 
-@pytest.fixture
-def flywheel(tmp_path, monkeypatch) -> Flywheel:
-    home = tmp_path / "flywheel"
-    monkeypatch.setenv("FLYWHEEL_ENV", "local")
-    monkeypatch.setenv("FLYWHEEL_HOME", str(home))
-    monkeypatch.setenv("FLYWHEEL_WAREHOUSE_PATH", str(home / "warehouse.duckdb"))
-    (tmp_path / "dagster").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+@contextmanager
+def flywheel_in(tmp: Path, patch: pytest.MonkeyPatch) -> Iterator[Flywheel]:
+    """A local flywheel under `tmp`, its environment set through `patch`."""
+    home = tmp / "flywheel"
+    patch.setenv("FLYWHEEL_ENV", "local")
+    patch.setenv("FLYWHEEL_HOME", str(home))
+    patch.setenv("FLYWHEEL_WAREHOUSE_PATH", str(home / "warehouse.duckdb"))
+    (tmp / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp / "dagster")) as instance:
         yield Flywheel(home, instance)
+
+
+@pytest.fixture
+def flywheel(tmp_path, monkeypatch) -> Iterator[Flywheel]:
+    with flywheel_in(tmp_path, monkeypatch) as flywheel:
+        yield flywheel
 
 
 def git(*args: str, cwd: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
@@ -33,7 +32,7 @@ def with_model(tmp_path: Path, **changes) -> Path:
 
 
 def spec_of(path: Path):
-    return load_model_spec(replace(FLIGHTS, path=path))
+    return load_model_spec(load_task(path))
 
 
 def test_the_flights_section_describes_the_models_defaults() -> None:

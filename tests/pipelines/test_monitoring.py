@@ -87,11 +87,19 @@ def triggers():
     job = dg.define_asset_job("retraining_job", selection=dg.AssetSelection.all())
     drift, performance, schedule = build_monitoring_triggers(job, POLICY)
 
-    @dg.asset(partitions_def=dg.DailyPartitionsDefinition("2013-01-01"))
+    daily = dg.DailyPartitionsDefinition("2013-01-01")
+
+    @dg.asset(partitions_def=daily)
     def feature_drift() -> None: ...
 
+    @dg.asset(partitions_def=daily)
+    def model_performance() -> None: ...
+
     defs = dg.Definitions(
-        assets=[feature_drift], jobs=[job], sensors=[drift, performance], schedules=[schedule]
+        assets=[feature_drift, model_performance],
+        jobs=[job],
+        sensors=[drift, performance],
+        schedules=[schedule],
     )
     return defs, drift, schedule
 
@@ -128,6 +136,24 @@ def test_drift_sensor_requests_once_per_event_and_keeps_quiet_in_cooldown(trigge
         later = tick(defs, sensor, instance, first.cursor)
         assert [r.run_key for r in later.run_requests] == ["drift_sensor:2013-10-10"]
         assert json.loads(later.cursor)["last_trigger_day"] == "2013-10-10"
+
+
+def test_performance_sensor_requests_when_the_champion_decays(triggers) -> None:
+    defs, *_ = triggers
+    sensor = defs.resolve_sensor_def("performance_sensor")
+    with dg.instance_for_test() as instance:
+        for day, decayed in (("2013-10-02", False), ("2013-10-03", True)):
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    "model_performance",
+                    partition=day,
+                    metadata={"model_version": 3, "is_decayed": decayed},
+                )
+            )
+        first = tick(defs, sensor, instance, None)
+        assert tick(defs, sensor, instance, first.cursor).run_requests == []
+    assert [r.run_key for r in first.run_requests] == ["performance_sensor:2013-10-03"]
+    assert first.run_requests[0].tags["flywheel/trigger"] == "performance"
 
 
 def add_retraining(instance: dg.DagsterInstance, event_day: str) -> None:
@@ -189,8 +215,8 @@ def test_a_schedule_tick_in_the_simulator_leaves_no_instance_open(triggers) -> N
         add_retraining(instance, "2013-10-06")  # the tick requests nothing: no run to execute
         current = DefsStateStorage.get()
         assert current is instance.defs_state_storage
-        report = ScheduleTicker(defs, instance, "retraining_schedule").tick(
+        ticked = ScheduleTicker(defs, instance, "retraining_schedule").tick(
             datetime(2013, 10, 7, 4, tzinfo=UTC)
         )
         assert DefsStateStorage.get() is current
-    assert report.runs == []
+    assert ticked.runs == []

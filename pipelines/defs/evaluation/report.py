@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from pipelines.labeling.selection import UNIFORM_REASONS
 from pipelines.lib.registry import PROFILE_ARTIFACT, ModelVersion, load_model, log_json, log_png
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import DuckDBWarehouse
@@ -22,9 +23,7 @@ if TYPE_CHECKING:
     from pipelines.defs.training.assets import TrainingDataset
 
 METRICS = ("auroc", "logloss", "brier", "ece")
-# Labels chosen uniformly at random; targeted picks (uncertainty, drift segments) would bias
-# every metric towards hard cases, so evaluation uses these when there are enough.
-UNBIASED_REASONS = ("audit", "random")
+# Evaluation uses the uniformly sampled labels when there are this many.
 MIN_UNBIASED_ROWS = 200
 
 
@@ -79,11 +78,11 @@ def _span(frame: pd.DataFrame, spec: ModelSpec) -> list[str]:
 def unbiased_sample(test: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The uniformly sampled labels of the test window if there are enough, else all of them."""
     if "selection_reason" in test.columns:
-        uniform = test[test.selection_reason.isin(UNBIASED_REASONS)].reset_index(drop=True)
+        uniform = test[test.selection_reason.isin(UNIFORM_REASONS)].reset_index(drop=True)
         if len(uniform) >= MIN_UNBIASED_ROWS:
             return (
                 uniform,
-                f"{len(uniform)} uniformly sampled labels ({'/'.join(UNBIASED_REASONS)})",
+                f"{len(uniform)} uniformly sampled labels ({'/'.join(UNIFORM_REASONS)})",
             )
     return test, f"all {len(test)} labels (fewer than {MIN_UNBIASED_ROWS} uniformly sampled)"
 
@@ -247,6 +246,6 @@ def evaluation_metadata(result: ChallengerEvaluation, policy: PromotionPolicy) -
         "paired_bootstrap": dg.MetadataValue.md("\n".join(comparison)),
         "weakest_slices": dg.MetadataValue.md(worst.to_markdown(index=False, floatfmt=".4f")),
         "plots": dg.MetadataValue.md("\n\n".join(images)),
-        "test/auroc": float(_overall(result).loc["challenger", "auroc"]),
+        "test/auroc": float(overall.set_index("model").loc["challenger", "auroc"]),
         "gate_metric": policy.gate.metric,
     }

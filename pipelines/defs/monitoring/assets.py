@@ -9,6 +9,7 @@ import pandas as pd
 from ml.drift import ReferenceProfile
 from pipelines.contracts import TaskSpec
 from pipelines.ingestion import RAW_SCHEMA
+from pipelines.labeling.selection import UNIFORM_REASONS
 from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.registry import PROFILE_ARTIFACT, champion, read_json, registered_name
 from pipelines.lib.tracking import MlflowTracker
@@ -134,8 +135,8 @@ def build_monitoring_assets(
                     f"join {spec.labels_view} l using ({spec.example_id}) "
                     f"join {tasks_table} t using ({spec.example_id}) "
                     f"where p.{day_column} between ? and ? and p.model_version = ? "
-                    "and l.known_at < cast(? as date) + 1 and t.reason in ('audit', 'random')",
-                    [first, last, current.version, last],
+                    "and l.known_at < cast(? as date) + 1 and list_contains(?, t.reason)",
+                    [first, last, current.version, last, list(UNIFORM_REASONS)],
                 ).df()
         metrics = tracker.client().get_run(current.run_id).data.metrics
         expected = {m: metrics.get(f"test/{m}", float("nan")) for m in ("auroc", "logloss")}
