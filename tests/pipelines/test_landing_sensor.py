@@ -3,8 +3,9 @@
 from datetime import date
 
 import dagster as dg
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from sim.replay import land_days
+from sim.replay import day_files, land_days
 
 
 def tick(flywheel, cursor: str | None):
@@ -70,3 +71,40 @@ def test_a_misnamed_file_is_reported_and_not_requested(flywheel, capfd):
         assert f"WARNING - landing file '{key}' fits no feed" in logged
     tick(flywheel, result.cursor)
     assert "fits no feed" not in capfd.readouterr().err  # once per version, not every tick
+
+
+def test_freshness_is_reported_when_the_daily_files_change(flywheel):
+    land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
+    flights_only = day_files(date(2013, 1, 3))
+    flywheel.zone.write_bytes("flights/2013-01-03.csv", flights_only["flights/2013-01-03.csv"])
+    first = tick(flywheel, None)
+    events = {e.asset_key.to_user_string(): e for e in first.asset_events}
+    assert sorted(events) == ["raw_flights", "raw_weather"]
+    assert events["raw_flights"].passed
+    weather = events["raw_weather"]
+    assert (weather.check_name, weather.passed, weather.severity) == (
+        "freshness",
+        False,
+        dg.AssetCheckSeverity.WARN,
+    )
+    assert weather.description == (
+        "weather trails the landing frontier 2013-01-03 by 1 day(s) "
+        "(newest file 2013-01-02; 0 allowed)"
+    )
+    assert weather.metadata["missing_days"].value == ["2013-01-03"]
+    # The daemon stores what the sensor reports against the check declared on the asset.
+    key = dg.AssetCheckKey(dg.AssetKey("raw_weather"), "freshness")
+    assert key in flywheel.defs.resolve_asset_graph().asset_check_keys
+    for event in first.asset_events:
+        flywheel.instance.report_runless_asset_event(event)
+    record = flywheel.instance.get_latest_asset_check_evaluation_record(key)
+    assert record.status == AssetCheckExecutionRecordStatus.FAILED
+    assert record.event.asset_check_evaluation.description == weather.description
+
+    assert tick(flywheel, first.cursor).asset_events == []  # nothing changed, nothing reported
+    land_days(flywheel.zone, [date(2013, 1, 3)])
+    later = tick(flywheel, first.cursor)
+    assert [(e.asset_key.to_user_string(), e.passed) for e in later.asset_events] == [
+        ("raw_flights", True),
+        ("raw_weather", True),
+    ]

@@ -4,6 +4,15 @@ import dagster as dg
 import pandas as pd
 
 from pipelines.contracts import FeedSpec, TaskSpec
+from pipelines.defs.ingestion.checks import (
+    FRESHNESS,
+    VOLUME,
+    feed_check_specs,
+    freshness_result,
+    loaded_rows,
+    volume_result,
+)
+from pipelines.feed_checks import FeedChecks, baseline_days, load_feed_checks
 from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.lib.partitions import daily_partitions
@@ -17,13 +26,16 @@ def feed_asset_key(feed: FeedSpec) -> dg.AssetKey:
     return dg.AssetKey(feed.asset_name)
 
 
-def build_feed_asset(task: TaskSpec, feed: FeedSpec) -> dg.AssetsDefinition:
-    """An asset that loads `feed`'s landing files into its raw table, quarantining bad rows."""
+def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.AssetsDefinition:
+    """An asset that loads `feed`'s landing files into its raw table, quarantining bad rows;
+    a daily feed's asset also checks the volume and freshness of its files."""
     daily = feed.kind == "daily"
     pattern = feed.landing_key("YYYY-MM-DD") if daily else feed.landing_key()
+    key = feed_asset_key(feed)
+    specs = feed_check_specs(key, checks.volume[feed.name], checks.freshness) if daily else None
 
     @dg.asset(
-        key=feed_asset_key(feed),
+        key=key,
         group_name=GROUP,
         description=(
             f"{feed.description} Loaded from `{pattern}` into `raw.{feed.name}`; rows that break "
@@ -33,6 +45,7 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec) -> dg.AssetsDefinition:
         backfill_policy=dg.BackfillPolicy.single_run() if daily else None,
         pool=WAREHOUSE_POOL,
         kinds={"duckdb", "csv"},
+        check_specs=specs,
     )
     def _feed_asset(
         context: dg.AssetExecutionContext, landing_zone: LandingZone, warehouse: DuckDBWarehouse
@@ -42,12 +55,26 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec) -> dg.AssetsDefinition:
         with warehouse.connect() as con:
             ensure_raw_tables(con, task)
             loads = load_validated(con, feed, files)
+            # The baseline is read after the commit: days loaded by this same run count too.
+            history = loaded_rows(con, feed, _baseline(days, checks, feed)) if daily else {}
         loaded = sum(d.rows_loaded for d in loads)
         quarantined = sum(d.rows_quarantined for d in loads)
         if quarantined:
             context.log.warning(f"{quarantined} rows of {feed.name} quarantined (raw.quarantine)")
         per_file = pd.DataFrame([d.__dict__ for d in loads]).drop(columns="ignored_columns")
+        selected = {k.name for k in context.selected_asset_check_keys}
+        results = []
+        if VOLUME in selected:
+            results.append(volume_result(key, loads, history, checks.volume[feed.name]))
+        if FRESHNESS in selected:
+            listing = landing_zone.list_files()
+            results.append(freshness_result(key, task, feed, listing, checks.freshness))
+        for failed in (r for r in results if not r.passed):
+            context.log.warning(
+                f"{failed.check_name} check {failed.severity.value}: {failed.description}"
+            )
         return dg.MaterializeResult(
+            check_results=results,
             metadata={
                 "dagster/row_count": loaded,
                 "rows_quarantined": quarantined,
@@ -55,12 +82,18 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec) -> dg.AssetsDefinition:
                 "landing_zone": landing_zone.uri,
                 "ignored_columns": sorted({c for d in loads for c in d.ignored_columns}),
                 "per_file": dg.MetadataValue.md(per_file.head(50).to_markdown(index=False)),
-            }
+            },
         )
 
     return _feed_asset
 
 
+def _baseline(days: list, checks: FeedChecks, feed: FeedSpec) -> set[str]:
+    weeks = checks.volume[feed.name].trailing_weeks
+    return {b for day in days for b in baseline_days(day, weeks)}
+
+
 def build_ingestion_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
     """One ingestion asset per feed of `task`."""
-    return [build_feed_asset(task, feed) for feed in task.feeds.values()]
+    checks = load_feed_checks(task)
+    return [build_feed_asset(task, feed, checks) for feed in task.feeds.values()]

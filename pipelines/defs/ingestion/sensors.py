@@ -1,4 +1,5 @@
-"""`landing_sensor`: turn new or replaced landing files into partition runs, exactly once."""
+"""`landing_sensor`: turn new or replaced landing files into partition runs, exactly once, and
+report each daily feed's freshness whenever the landing zone's daily files change."""
 
 import json
 from collections import defaultdict
@@ -8,6 +9,8 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from pipelines.contracts import DAILY_KEY, REFERENCE_KEY, TaskSpec
+from pipelines.defs.ingestion.checks import freshness_evaluations
+from pipelines.feed_checks import load_feed_checks
 from pipelines.lib.landing_zone import LandingFile, LandingZone
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
@@ -23,18 +26,24 @@ def build_landing_sensor(
     daily_downstream: Sequence[dg.AssetKey],
     reference_downstream: Sequence[dg.AssetKey],
 ) -> dg.SensorDefinition:
-    """A sensor that requests one run per landing day whose files are new or replaced."""
+    """A sensor that requests one run per landing day whose files are new or replaced, and
+    reports the daily feeds' freshness checks when their files change."""
+    freshness = load_feed_checks(task).freshness
 
     @dg.sensor(
         name="landing_sensor",
         jobs=[daily_job, reference_job],
         minimum_interval_seconds=30,
-        description="Requests ingestion and warehouse runs for new or replaced landing files.",
+        description="Requests ingestion and warehouse runs for new or replaced landing files; "
+        "reports each daily feed's freshness against the landing frontier.",
     )
-    def landing_sensor(context: dg.SensorEvaluationContext, landing_zone: LandingZone):
+    def landing_sensor(
+        context: dg.SensorEvaluationContext, landing_zone: LandingZone
+    ) -> dg.SensorResult:
         changed_days: dict[str, list[tuple[str, str]]] = defaultdict(list)
         changed_reference: list[tuple[str, str]] = []
-        changed, cursor = changed_files(landing_zone.list_files(), context.cursor)
+        files = landing_zone.list_files()
+        changed, cursor = changed_files(files, context.cursor)
         for f in changed:
             match = task.match_key(f.key)
             if match is None:
@@ -50,11 +59,24 @@ def build_landing_sensor(
             else:
                 changed_days[day].append((feed.asset_name, f"{f.key}@{f.version}"))
         # Reference data first: the run queue starts runs in the order they are requested.
-        if changed_reference:
-            yield _request(reference_job.name, None, changed_reference, reference_downstream)
-        for day in sorted(changed_days):
-            yield _request(daily_job.name, day, changed_days[day], daily_downstream)
-        context.update_cursor(cursor)
+        requests = (
+            [_request(reference_job.name, None, changed_reference, reference_downstream)]
+            if changed_reference
+            else []
+        )
+        requests += [
+            _request(daily_job.name, day, changed_days[day], daily_downstream)
+            for day in sorted(changed_days)
+        ]
+        # Freshness depends only on which daily files exist, so it is reported when that set
+        # changes, not on every tick; a run that later ingests the feed reports it again.
+        daily = [f for f in files if DAILY_KEY.match(f.key)]
+        reported = daily_keys(context.cursor) != {f.key for f in daily}
+        return dg.SensorResult(
+            run_requests=requests,
+            cursor=cursor,
+            asset_events=freshness_evaluations(task, daily, freshness) if reported else [],
+        )
 
     return landing_sensor
 
@@ -66,6 +88,12 @@ def changed_files(files: list[LandingFile], cursor: str | None) -> tuple[list[La
     seen: dict[str, str] = json.loads(cursor) if cursor else {}
     changed = [f for f in files if seen.get(f.key) != f.version]
     return changed, json.dumps({f.key: f.version for f in files}, sort_keys=True)
+
+
+def daily_keys(cursor: str | None) -> set[str]:
+    """The keys of the daily-feed files a cursor of `changed_files` has seen."""
+    seen: dict[str, str] = json.loads(cursor) if cursor else {}
+    return {key for key in seen if DAILY_KEY.match(key)}
 
 
 def _request(

@@ -1,0 +1,165 @@
+"""Volume and freshness checks on the daily feeds' raw tables, as Dagster asset checks.
+
+Both are declared on the ingestion asset of each daily feed. `volume` is evaluated by that asset
+right after its load (it knows the day's rows); on a blocking feed an ERROR fails the asset's
+step, so nothing downstream of the day is built in that run. `freshness` is evaluated by the
+landing sensor whenever the listing changes (before any run waits on a late file) and again by
+each ingestion run, so a run never leaves it planned but unevaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+import dagster as dg
+import duckdb
+import pandas as pd
+
+from pipelines.contracts import FeedSpec, TaskSpec
+from pipelines.feed_checks import (
+    SEVERITY_RANK,
+    FreshnessPolicy,
+    FreshnessVerdict,
+    VolumePolicy,
+    judge_freshness,
+    judge_volume,
+)
+from pipelines.ingestion import RAW_SCHEMA, DayLoad
+from pipelines.lib.landing_zone import LandingFile
+
+VOLUME = "volume"
+FRESHNESS = "freshness"
+# A description names this many failing days; the metadata names them all.
+MAX_DAYS_DESCRIBED = 5
+
+
+def feed_check_specs(
+    key: dg.AssetKey, volume: VolumePolicy, freshness: FreshnessPolicy
+) -> list[dg.AssetCheckSpec]:
+    """The volume and freshness checks of a daily feed's ingestion asset."""
+    blocks = " that blocks the day's features and scoring" if volume.blocking else ""
+    return [
+        dg.AssetCheckSpec(
+            VOLUME,
+            asset=key,
+            blocking=volume.blocking,
+            description=(
+                "A day's rows against the median of the same weekday over the trailing "
+                f"{volume.trailing_weeks} weeks: none, or below {volume.error_below:.0%} of it, "
+                f"is an ERROR{blocks}; more than {volume.warn_deviation:.0%} off is a WARN."
+            ),
+        ),
+        dg.AssetCheckSpec(
+            FRESHNESS,
+            asset=key,
+            description=(
+                "The feed's files against the landing frontier (the newest day any daily feed has "
+                f"delivered): trailing it by more than {freshness.max_lag_days} day(s), or a "
+                f"missing day in the last {freshness.lookback_days} days, is a WARN."
+            ),
+        ),
+    ]
+
+
+def loaded_rows(
+    con: duckdb.DuckDBPyConnection, feed: FeedSpec, days: Collection[str]
+) -> dict[str, int]:
+    """Rows of the feed's raw table per landing day, for those of `days` that hold any."""
+    found = con.execute(
+        f"select strftime(_landing_date, '%Y-%m-%d'), count(*) from {RAW_SCHEMA}.{feed.name} "
+        "where list_contains(?::date[], _landing_date) group by 1",
+        [sorted(days)],
+    ).fetchall()
+    return dict(found)
+
+
+def volume_result(
+    key: dg.AssetKey, loads: Sequence[DayLoad], history: Mapping[str, int], policy: VolumePolicy
+) -> dg.AssetCheckResult:
+    """The volume of the days a run loaded: the worst day's figures, every failing day named."""
+    verdicts = [judge_volume(d.landing_date, d.rows_loaded, history, policy) for d in loads]
+    worst = max(
+        verdicts, key=lambda v: (SEVERITY_RANK[v.severity], -(1.0 if v.ratio is None else v.ratio))
+    )
+    failing = [v for v in verdicts if v.severity != "pass"]
+    shown = [v.reason for v in failing[:MAX_DAYS_DESCRIBED]] or [worst.reason]
+    if len(failing) > MAX_DAYS_DESCRIBED:
+        shown.append(f"and {len(failing) - MAX_DAYS_DESCRIBED} more days (see failed_days)")
+    metadata = {
+        "landing_date": worst.day,
+        "rows": worst.rows,
+        "baseline": worst.baseline,
+        "baseline_median": worst.baseline_median,
+        "ratio": None if worst.ratio is None else round(worst.ratio, 3),
+        "days_judged": len(verdicts),
+        "failed_days": {v.day: v.severity for v in failing},
+    }
+    if len(verdicts) > 1:
+        table = pd.DataFrame([vars(v) for v in verdicts]).drop(columns=["baseline", "reason"])
+        metadata["per_day"] = dg.MetadataValue.md(table.to_markdown(index=False))
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=VOLUME,
+        passed=not failing,
+        severity=dg.AssetCheckSeverity.ERROR
+        if worst.severity == "error"
+        else dg.AssetCheckSeverity.WARN,
+        description="; ".join(shown),
+        metadata=metadata,
+    )
+
+
+def landed_days(task: TaskSpec, files: Sequence[LandingFile]) -> dict[str, set[str]]:
+    """The landing days each daily feed of `task` has a file for."""
+    landed: dict[str, set[str]] = {feed.name: set() for feed in task.daily_feeds}
+    for f in files:
+        match = task.match_key(f.key)
+        if match is not None and match[1] is not None:
+            landed[match[0].name].add(match[1])
+    return landed
+
+
+def _freshness_fields(verdict: FreshnessVerdict, policy: FreshnessPolicy) -> dict:
+    return {
+        "passed": verdict.passed,
+        "severity": dg.AssetCheckSeverity.WARN,
+        "description": verdict.reason,
+        "metadata": {
+            "landing_frontier": verdict.frontier,
+            "newest_file": verdict.newest,
+            "lag_days": verdict.lag_days,
+            "missing_days": list(verdict.missing_days),
+            "max_lag_days": policy.max_lag_days,
+            "lookback_days": policy.lookback_days,
+        },
+    }
+
+
+def freshness_result(
+    key: dg.AssetKey,
+    task: TaskSpec,
+    feed: FeedSpec,
+    files: Sequence[LandingFile],
+    policy: FreshnessPolicy,
+) -> dg.AssetCheckResult:
+    """The freshness of `feed` in the landing listing `files`, as an ingestion run reports it."""
+    verdict = judge_freshness(landed_days(task, files), policy)[feed.name]
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=FRESHNESS, **_freshness_fields(verdict, policy)
+    )
+
+
+def freshness_evaluations(
+    task: TaskSpec, files: Sequence[LandingFile], policy: FreshnessPolicy
+) -> list[dg.AssetCheckEvaluation]:
+    """The freshness of every daily feed in `files`, as the landing sensor reports it (no run)."""
+    verdicts = judge_freshness(landed_days(task, files), policy)
+    return [
+        dg.AssetCheckEvaluation(
+            asset_key=dg.AssetKey(task.feeds[name].asset_name),
+            check_name=FRESHNESS,
+            blocking=False,
+            **_freshness_fields(verdict, policy),
+        )
+        for name, verdict in verdicts.items()
+    ]
