@@ -7,7 +7,11 @@ early); from day eight the weather feed reports temperatures in Celsius.
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -16,12 +20,14 @@ from ml.promotion import decide
 from pipelines.contracts import load_task
 from pipelines.defs.evaluation.assets import gate_inputs_from_metadata
 from pipelines.lib.registry import champion, registered_name
+from pipelines.lib.runs import full_pool_holders
 from pipelines.policy import load_policies
 from pipelines.resources import label_store
 from sim.drift import PlantedDrift
 from sim.driver import FlywheelDriver
 from sim.labeling import LabelingService
 from sim.replay import land_days
+from tests.pipelines.killing import copy_world, kill_at_step, warehouse_snapshot
 
 START = date(2013, 9, 2)
 DAYS = 10
@@ -202,3 +208,107 @@ def test_report_numbers_come_from_the_run(played, tmp_path) -> None:
     assert report.plot.read_bytes().startswith(b"\x89PNG")
     text = report.markdown.read_text()
     assert "test header" in text and "## Retrainings" in text and "weekly_auc.png" in text
+
+
+# --- A killed process never wedges the loop: SIGKILL of real run processes -------------------
+
+# A driver of a copy of the played world, as the child process and the test both build it.
+CHILD = """
+import sys
+from datetime import date
+import dagster as dg
+from tests.pipelines.test_end_to_end import world_driver
+with dg.DagsterInstance.get() as instance:
+    driver = world_driver(instance)
+    day = date.fromisoformat(sys.argv[2])
+    driver.day(day) if sys.argv[1] == "day" else driver.retrain("schedule", day)
+"""
+NEXT = START + timedelta(days=DAYS)
+
+
+def world_driver(instance: dg.DagsterInstance) -> FlywheelDriver:
+    """A driver of the world that the environment names, retraining triggers off."""
+    from pipelines.definitions import build_definitions
+    from pipelines.resources import landing_zone
+
+    return FlywheelDriver(
+        build_definitions(env="local"),
+        instance,
+        Path(os.environ["FLYWHEEL_HOME"]) / "sim",
+        lambda day: land_days(landing_zone("local"), [day], drift=DRIFT),
+        LabelingService(label_store("local"), latency_days=1).deliver,
+        {"retraining_job": RETRAINING},
+    )
+
+
+@contextmanager
+def world(played, target: Path) -> Iterator[tuple[dict[str, str], dg.DagsterInstance]]:
+    """A copy of the played world under `target`, its environment set, and its instance."""
+    env = copy_world(played.home.parent, target)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        with dg.DagsterInstance.get() as instance:
+            yield env, instance
+
+
+def play(instance: dg.DagsterInstance, *days: date) -> None:
+    driver = world_driver(instance)
+    for day in days:
+        driver.day(day)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(played, tmp_path_factory) -> dict[str, list[tuple]]:
+    """The warehouse after the next two days played without a kill."""
+    target = tmp_path_factory.mktemp("uninterrupted")
+    with world(played, target) as (env, instance):
+        play(instance, NEXT, NEXT + timedelta(days=1))
+    return warehouse_snapshot(Path(env["FLYWHEEL_WAREHOUSE_PATH"]))
+
+
+@pytest.mark.parametrize("step", ["raw_weather", "daily_dbt_models", "flight_predictions"], ids=str)
+def test_a_daily_run_killed_mid_step_is_failed_retried_and_leaves_the_warehouse_whole(
+    played, uninterrupted, tmp_path, step
+) -> None:
+    with world(played, tmp_path) as (env, instance):
+        killed = kill_at_step(CHILD, ["day", NEXT.isoformat()], env, "daily_warehouse_job", step)
+        assert killed.status == dg.DagsterRunStatus.STARTED
+        assert full_pool_holders(instance) == {"warehouse": {killed.run_id}}
+        # The driver's start-up fails the dead run, frees its slot and retries it; then the
+        # day is played again and the next one after it.
+        play(instance, NEXT, NEXT + timedelta(days=1))
+        killed = instance.get_run_by_id(killed.run_id)
+        assert killed.status == dg.DagsterRunStatus.FAILURE
+        failure = instance.all_logs(killed.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert "run worker gone: process" in failure[0].message
+        (retry,) = [
+            r.dagster_run
+            for r in instance.get_run_records(
+                dg.RunsFilter(tags={"dagster/parent_run_id": killed.run_id})
+            )
+        ]
+        assert retry.status == dg.DagsterRunStatus.SUCCESS
+        assert retry.tags["dagster/run_key"] == killed.tags["dagster/run_key"]
+        assert full_pool_holders(instance) == {}
+        assert warehouse_snapshot(Path(env["FLYWHEEL_WAREHOUSE_PATH"])) == uninterrupted
+
+
+def test_a_retraining_killed_mid_training_does_not_stop_the_next_one(played, tmp_path) -> None:
+    with world(played, tmp_path) as (env, instance):
+        killed = kill_at_step(
+            CHILD, ["retrain", NEXT.isoformat()], env, "retraining_job", "challenger_model", 3.0
+        )
+        assert killed.status == dg.DagsterRunStatus.STARTED
+        driver = world_driver(instance)  # start-up: failed, freed, retried once
+        assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+        retries = instance.get_run_records(
+            dg.RunsFilter(tags={"dagster/parent_run_id": killed.run_id})
+        )
+        assert [r.dagster_run.status for r in retries] == [dg.DagsterRunStatus.SUCCESS]
+        # The next trigger (Monday's schedule) still requests a retraining, which completes.
+        monday = datetime.combine(NEXT + timedelta(days=(7 - NEXT.weekday()) % 7), time(4))
+        tick = driver.schedule.tick(monday.replace(tzinfo=UTC))
+        assert [job for job, *_ in tick.runs] == ["retraining_job"]
+        (run_id,) = [run_id for *_, run_id in tick.runs]
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS

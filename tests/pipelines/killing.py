@@ -1,0 +1,104 @@
+"""Kill a real run process with SIGKILL at a chosen step, and compare warehouses after it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+
+REPO = Path(__file__).resolve().parents[2]
+DAGSTER_YAML = REPO / "deploy" / "dagster.yaml"
+# Columns that record when something was processed: they differ between any two runs.
+PROCESSING_TIMES = {"_ingested_at", "quarantined_at", "scored_at", "exported_at", "computed_at"}
+
+
+def copy_world(source: Path, target: Path) -> dict[str, str]:
+    """Copy a test flywheel (its home, Dagster instance and DVC checkout) under `target`, give
+    the instance the deployed dagster.yaml (pools, run retries), and return its environment."""
+    for name in ("flywheel", "dagster", "checkout"):
+        shutil.copytree(source / name, target / name, symlinks=True)
+    shutil.copy(DAGSTER_YAML, target / "dagster" / "dagster.yaml")
+    home = target / "flywheel"
+    return {
+        "FLYWHEEL_ENV": "local",
+        "FLYWHEEL_HOME": str(home),
+        "FLYWHEEL_WAREHOUSE_PATH": str(home / "warehouse.duckdb"),
+        "FLYWHEEL_DVC_REPO": str(target / "checkout" / "data"),
+        "DAGSTER_HOME": str(target / "dagster"),
+    }
+
+
+def kill_at_step(
+    script: str, args: list[str], env: dict[str, str], job: str, step: str, after_s: float = 0.0
+) -> dg.DagsterRun:
+    """Run `script` in a fresh interpreter; SIGKILL it `after_s` seconds after a run of `job`
+    starts step `step` in the instance at DAGSTER_HOME. Returns that run as the instance has it."""
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        before = {r.dagster_run.run_id for r in instance.get_run_records()}
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        cwd=REPO,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 300
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        while (run_id := _run_at_step(instance, job, step, before)) is None:
+            if child.poll() is not None:
+                raise AssertionError(
+                    f"the child ended (exit {child.returncode}) before {job} reached {step}:\n"
+                    + child.stderr.read().decode()[-3000:]
+                )
+            if time.monotonic() > deadline:
+                child.kill()
+                raise AssertionError(f"{job} did not reach step {step} in 300 s")
+            time.sleep(0.1)
+        time.sleep(after_s)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stderr.close()
+        assert child.returncode == -signal.SIGKILL
+        return instance.get_run_by_id(run_id)
+
+
+def _run_at_step(instance: dg.DagsterInstance, job: str, step: str, before: set[str]) -> str | None:
+    for record in instance.get_run_records(dg.RunsFilter(job_name=job), limit=5):
+        run_id = record.dagster_run.run_id
+        if run_id in before:
+            continue
+        starts = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
+        if any(event.step_key == step for event in starts):
+            return run_id
+    return None
+
+
+def warehouse_snapshot(path: Path) -> dict[str, list[tuple]]:
+    """Every table's rows (sorted, processing times left out), by schema-qualified name."""
+    with duckdb.connect(str(path), read_only=True) as con:
+        tables = con.execute(
+            "select table_schema, table_name from information_schema.tables "
+            "where table_type = 'BASE TABLE' order by 1, 2"
+        ).fetchall()
+        snapshot = {}
+        for schema, table in tables:
+            columns = [
+                c
+                for (c,) in con.execute(
+                    "select column_name from information_schema.columns "
+                    "where table_schema = ? and table_name = ? order by ordinal_position",
+                    [schema, table],
+                ).fetchall()
+                if c not in PROCESSING_TIMES
+            ]
+            select = ", ".join(f'"{c}"' for c in columns)
+            rows = con.execute(f'select {select} from "{schema}"."{table}" order by all')
+            snapshot[f"{schema}.{table}"] = rows.fetchall()
+    return snapshot
