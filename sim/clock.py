@@ -1,4 +1,6 @@
-"""The simulated clock: the last day the replay landed, kept under the state directory."""
+"""The simulated clock: the last day the replay landed, kept under the state directory; and
+how far the main job played (the day it last finished, when production began), so a killed
+main job started again resumes where it stopped."""
 
 from __future__ import annotations
 
@@ -27,12 +29,42 @@ def read_clock(home: Path) -> date | None:
 
 def write_clock(home: Path, day: date) -> None:
     """Set the clock to `day`, atomically so that an interrupted write keeps the old value."""
-    path = clock_path(home)
+    _write_json(clock_path(home), {"last_landed_day": day.isoformat()})
+
+
+def progress_path(home: Path) -> Path:
+    """Where the main job's progress of state directory `home` is kept."""
+    return home / "sim" / "played.json"
+
+
+def read_progress(home: Path) -> tuple[date | None, date | None]:
+    """The last day the main job finished playing and the first production day (None, None
+    before it finished a day)."""
+    path = progress_path(home)
+    if not path.exists():
+        return None, None
+    try:
+        raw = json.loads(path.read_text())
+        played, production = raw["last_played_day"], raw["production_start"]
+        return date.fromisoformat(played), date.fromisoformat(production) if production else None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"unreadable main-job progress {path}: {e}") from e
+
+
+def write_progress(home: Path, played: date, production_start: date | None) -> None:
+    """Record that the main job finished `played`, atomically."""
+    production = production_start.isoformat() if production_start else None
+    _write_json(
+        progress_path(home), {"last_played_day": played.isoformat(), "production_start": production}
+    )
+
+
+def _write_json(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump({"last_landed_day": day.isoformat()}, f)
+            json.dump(payload, f)
             f.write("\n")
         os.replace(tmp, path)
     except BaseException:

@@ -38,6 +38,9 @@ class SensorTicker:
             sensor_name=self.name,
         ) as context:
             result = self.sensor.evaluate_tick(context)
+        # What the sensor reports outside any run (check evaluations), stored as the daemon does.
+        for event in result.asset_events:
+            self.instance.report_runless_asset_event(event)
         report = self.executor.execute_once(
             result.run_requests, lambda: self.sensor.job_name, {"dagster/sensor_name": self.name}
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pipelines.contracts import load_task
 from pipelines.resources import flywheel_home, label_store, landing_zone
-from sim.clock import read_clock, write_clock
+from sim.clock import read_clock, read_progress, write_clock, write_progress
 from sim.drift import PlantedDrift
 from sim.replay import day_bounds, land_days
 
@@ -67,6 +67,26 @@ def _describe(tick, driver) -> str:
     return ", ".join(parts)
 
 
+def _after_bootstrap(instance) -> date | None:
+    """The day after the event day of the operator's successful bootstrap retraining, if any (a
+    bootstrap run retried after a kill finishes before the main job resumes)."""
+    import dagster as dg
+
+    from sim.driver import RETRAINING_JOB
+
+    records = instance.get_run_records(
+        dg.RunsFilter(
+            job_name=RETRAINING_JOB,
+            tags={"flywheel/trigger": "bootstrap"},
+            statuses=[dg.DagsterRunStatus.SUCCESS],
+        ),
+        limit=1,
+    )
+    if not records:
+        return None
+    return date.fromisoformat(records[0].dagster_run.tags["flywheel/event_day"]) + timedelta(days=1)
+
+
 def run(days: int, start: date | None = None, options: RunOptions | None = None) -> int:
     """The main job: day by day, land, ingest, score, monitor, label and retrain; then report."""
     import dagster as dg
@@ -78,10 +98,18 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     from sim.report import write_report
 
     options = options or RunOptions()
+    home = flywheel_home()
+    played, production_start = read_progress(home)
+    clock = read_clock(home)
+    if start is None and played is not None and clock is not None and played < clock:
+        start = played + timedelta(days=1)  # killed after landing a day, before finishing it
     span = days_to_play(days, start)
     if not span:
         return 0
-    began, home, zone, task = time.monotonic(), flywheel_home(), landing_zone(), load_task()
+    todo = [day for day in span if played is None or day > played]
+    if len(todo) < len(span):
+        print(f"resuming after {played}, the last day played: {len(todo)} of {len(span)} to play")
+    began, zone, task = time.monotonic(), landing_zone(), load_task()
     annotators = LabelingService(label_store(), latency_days=1)
     tracker = defs.resources["tracker"]
     name = registered_name(task.name)
@@ -95,13 +123,17 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             defs, instance, home / "sim", land, annotators.deliver, options.run_configs()
         )
         driver.retraining = bool(versions(tracker, name))
-        production_start = span[0] if driver.retraining else None
+        if driver.retraining and production_start is None:
+            production_start = max(_after_bootstrap(instance) or span[0], span[0])
         for i, day in enumerate(span):
+            if day not in todo:
+                continue
             tick = driver.day(day)
             if not driver.retraining and i + 1 >= options.bootstrap_days:
                 # The operator trains the first model, then turns the retraining triggers on.
                 tick.runs.append(driver.retrain("bootstrap", day))
                 driver.retraining, production_start = True, day + timedelta(days=1)
+            write_progress(home, day, production_start)
             elapsed = time.monotonic() - began
             print(
                 f"[{i + 1}/{len(span)} {elapsed:.0f}s] {day}: {_describe(tick, driver)}", flush=True

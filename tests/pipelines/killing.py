@@ -36,10 +36,17 @@ def copy_world(source: Path, target: Path) -> dict[str, str]:
 
 
 def kill_at_step(
-    script: str, args: list[str], env: dict[str, str], job: str, step: str, after_s: float = 0.0
+    script: str,
+    args: list[str],
+    env: dict[str, str],
+    job: str,
+    step: str,
+    after_s: float = 0.0,
+    partition: str | None = None,
 ) -> dg.DagsterRun:
     """Run `script` in a fresh interpreter; SIGKILL it `after_s` seconds after a run of `job`
-    starts step `step` in the instance at DAGSTER_HOME. Returns that run as the instance has it."""
+    (for `partition`, if given) starts step `step` in the instance at DAGSTER_HOME. Returns that
+    run as the instance has it."""
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         before = {r.dagster_run.run_id for r in instance.get_run_records()}
     child = subprocess.Popen(
@@ -51,7 +58,7 @@ def kill_at_step(
     )
     deadline = time.monotonic() + 300
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        while (run_id := _run_at_step(instance, job, step, before)) is None:
+        while (run_id := _run_at_step(instance, job, step, before, partition)) is None:
             if child.poll() is not None:
                 raise AssertionError(
                     f"the child ended (exit {child.returncode}) before {job} reached {step}:\n"
@@ -81,7 +88,8 @@ def _run_at_step(instance: dg.DagsterInstance, job: str, step: str, before: set[
 
 
 def warehouse_snapshot(path: Path) -> dict[str, list[tuple]]:
-    """Every table's rows (sorted, processing times left out), by schema-qualified name."""
+    """Every table's rows (sorted, floats to 9 decimals, processing times left out), by
+    schema-qualified name."""
     with duckdb.connect(str(path), read_only=True) as con:
         tables = con.execute(
             "select table_schema, table_name from information_schema.tables "
@@ -100,5 +108,10 @@ def warehouse_snapshot(path: Path) -> dict[str, list[tuple]]:
             ]
             select = ", ".join(f'"{c}"' for c in columns)
             rows = con.execute(f'select {select} from "{schema}"."{table}" order by all')
-            snapshot[f"{schema}.{table}"] = rows.fetchall()
+            snapshot[f"{schema}.{table}"] = [tuple(map(_rounded, r)) for r in rows.fetchall()]
     return snapshot
+
+
+def _rounded(value):
+    # Two processes sum floats in different orders (threads): the last digits differ.
+    return round(value, 9) if isinstance(value, float) else value

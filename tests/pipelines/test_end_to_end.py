@@ -8,6 +8,8 @@ early); from day eight the weather feed reports temperatures in Celsius.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, time, timedelta
@@ -27,7 +29,7 @@ from sim.drift import PlantedDrift
 from sim.driver import FlywheelDriver
 from sim.labeling import LabelingService
 from sim.replay import land_days
-from tests.pipelines.killing import copy_world, kill_at_step, warehouse_snapshot
+from tests.pipelines.killing import REPO, copy_world, kill_at_step, warehouse_snapshot
 
 START = date(2013, 9, 2)
 DAYS = 10
@@ -312,3 +314,41 @@ def test_a_retraining_killed_mid_training_does_not_stop_the_next_one(played, tmp
         assert [job for job, *_ in tick.runs] == ["retraining_job"]
         (run_id,) = [run_id for *_, run_id in tick.runs]
         assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
+
+
+MAIN_JOB = "import sys; from sim.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def report_figures(report: Path) -> dict[str, str]:
+    """The report's sections that hold figures (production AUC by week, labels spent)."""
+    sections = {s.split("\n", 1)[0]: s for s in report.read_text().split("\n## ")[1:]}
+    return {k: v for k, v in sections.items() if k in ("Production AUC by week", "Labels spent")}
+
+
+def test_the_main_job_killed_mid_day_resumes_to_the_same_report(played, tmp_path) -> None:
+    args = ["run", "--start", NEXT.isoformat(), "--days", "2", "--trials", "1"]
+    args += ["--max-epochs", "1", "--drift", f"celsius@{DRIFT.start.isoformat()}"]
+    figures = []
+    for name, kill in (("uninterrupted", False), ("killed", True)):
+        env = copy_world(played.home.parent, tmp_path / name)
+        command = [*args, "--report-dir", str(tmp_path / name / "report")]
+        if kill:
+            # Killed while the second day's daily run builds its models, then started again.
+            second = (NEXT + timedelta(days=1)).isoformat()
+            kill_at_step(
+                MAIN_JOB, command, env, "daily_warehouse_job", "daily_dbt_models", 0, second
+            )
+        done = subprocess.run(
+            [sys.executable, "-c", MAIN_JOB, *command],
+            cwd=REPO,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        if kill:
+            assert f"resuming after {NEXT}, the last day played: 1 of 2 to play" in done.stdout
+            assert "[1/2" not in done.stdout and "[2/2" in done.stdout
+        figures.append(report_figures(tmp_path / name / "report" / "flywheel_report.md"))
+    assert figures[0] and figures[0] == figures[1]
