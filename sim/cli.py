@@ -23,7 +23,7 @@ def _positive_int(text: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of days >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
 
 
@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--drift", type=_drift, help="plant a drift, e.g. celsius@2013-11-01 (weather in Celsius)"
     )
     run.add_argument("--report-dir", type=Path, help="default: $FLYWHEEL_HOME/report")
+    run.add_argument(
+        "--pool-wait",
+        type=_positive_int,
+        default=600,
+        help="seconds a run waits for a pool slot another live run holds before it fails",
+    )
     status = commands.add_parser("status", help="show the clock and the landing zone")
     status.add_argument("--env", choices=ENVIRONMENTS, help="default: FLYWHEEL_ENV or local")
     return parser
@@ -111,7 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return advance(args.days, args.start, args.env)
         if args.command == "run":
             options = RunOptions(
-                args.bootstrap_days, args.trials, args.max_epochs, args.drift, args.report_dir
+                args.bootstrap_days,
+                args.trials,
+                args.max_epochs,
+                args.drift,
+                args.report_dir,
+                args.pool_wait,
             )
             return run(args.days, args.start, options)
         return status(args.env)

@@ -46,6 +46,8 @@ class RunOptions:
     max_epochs: int = 12
     drift: PlantedDrift | None = None
     report_dir: Path | None = None
+    # How long a run waits for a pool slot held by another live run before it fails naming it.
+    pool_wait_s: float = 600.0
 
     def run_configs(self) -> dict[str, dict]:
         """The operator's run config of the retraining job."""
@@ -120,7 +122,13 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
 
     with dg.DagsterInstance.get() as instance:
         driver = FlywheelDriver(
-            defs, instance, home / "sim", land, annotators.deliver, options.run_configs()
+            defs,
+            instance,
+            home / "sim",
+            land,
+            annotators.deliver,
+            options.run_configs(),
+            options.pool_wait_s,
         )
         driver.retraining = bool(versions(tracker, name))
         if driver.retraining and production_start is None:

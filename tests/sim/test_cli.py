@@ -120,8 +120,8 @@ def test_status_shows_the_clock_and_landing_zone(home, capsys):
     [
         ([], "the following arguments are required"),
         (["advance"], "--days"),
-        (["advance", "--days", "0"], "expected a whole number of days >= 1"),
-        (["advance", "--days", "two"], "expected a whole number of days >= 1"),
+        (["advance", "--days", "0"], "expected a whole number >= 1"),
+        (["advance", "--days", "two"], "expected a whole number >= 1"),
         (["advance", "--days", "1", "--start", "2013-13-01"], "expected a date as YYYY-MM-DD"),
         (["advance", "--days", "1", "--start", "2014-01-01"], "outside task 'flights'"),
         (["advance", "--days", "1", "--env", "staging"], "invalid choice"),

@@ -1,0 +1,111 @@
+"""Dead runs are failed and freed; a live holder makes a pool wait fail naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import dagster as dg
+import pytest
+
+from pipelines.lib.runs import (
+    HOST_TAG,
+    PID_STARTED_TAG,
+    PID_TAG,
+    PoolWaitTimeoutError,
+    fail_dead_runs,
+    full_pool_holders,
+    process_tags,
+    retry_tags,
+    wait_for_pools,
+)
+from tests.pipelines.killing import DAGSTER_YAML
+
+
+@pytest.fixture
+def instance(tmp_path):
+    shutil.copy(DAGSTER_YAML, tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        yield instance
+
+
+def started_run(
+    instance: dg.DagsterInstance, tags: dict[str, str], claim: bool = True
+) -> dg.DagsterRun:
+    """A STARTED run, holding the `warehouse` pool's one slot if `claim`."""
+    run = dg.DagsterRun(
+        job_name="daily_warehouse_job",
+        run_id=str(uuid.uuid4()),
+        status=dg.DagsterRunStatus.STARTED,
+        tags={"dagster/partition": "2013-01-02", **tags},
+    )
+    instance.add_run(run)
+    if claim:
+        storage = instance.event_log_storage
+        storage.initialize_concurrency_limit_to_default("warehouse")
+        status = storage.claim_concurrency_slot("warehouse", run.run_id, "raw_flights")
+        assert status.is_claimed
+    return run
+
+
+def ended_process_tags() -> dict[str, str]:
+    """The tags a run executed by a process that has ended would carry."""
+    script = "import json; from pipelines.lib.runs import process_tags as t; print(json.dumps(t()))"
+    child = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(child.stdout)
+
+
+def test_a_run_whose_process_ended_is_failed_freed_and_due_a_retry(instance) -> None:
+    dead = started_run(instance, {**ended_process_tags(), "dagster/run_key": "k"})
+    alive = started_run(instance, process_tags(), claim=False)
+    assert full_pool_holders(instance) == {"warehouse": {dead.run_id}}
+    (failed,) = fail_dead_runs(instance)
+    assert failed.run_id == dead.run_id and failed.status == dg.DagsterRunStatus.FAILURE
+    (event,) = instance.all_logs(dead.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    assert f"process {dead.tags[PID_TAG]} on {dead.tags[HOST_TAG]} ended" in event.message
+    assert instance.get_run_by_id(alive.run_id).status == dg.DagsterRunStatus.STARTED
+    assert full_pool_holders(instance) == {}
+    tags = retry_tags(instance, failed)
+    assert tags["dagster/parent_run_id"] == dead.run_id
+    assert tags["dagster/retry_number"] == "1" and tags["dagster/run_key"] == "k"
+    assert PID_TAG not in tags and PID_STARTED_TAG not in tags
+    # max_retries: 1 in the deployed dagster.yaml: the retry of a retry is not due.
+    assert retry_tags(instance, failed.with_tags(tags)) is None
+
+
+def test_a_run_without_process_tags_is_left_to_the_daemon(instance) -> None:
+    run = started_run(instance, {})
+    assert fail_dead_runs(instance) == []
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_run_process(instance) -> None:
+    tags = process_tags() | {PID_STARTED_TAG: "12.00"}  # this pid, started at another time
+    run = started_run(instance, tags)
+    assert [r.run_id for r in fail_dead_runs(instance)] == [run.run_id]
+
+
+def test_waiting_for_a_slot_held_by_a_live_run_fails_naming_it(instance) -> None:
+    holder = started_run(instance, process_tags())
+    with pytest.raises(PoolWaitTimeoutError) as error:
+        wait_for_pools(instance, timeout_s=0.3, poll_s=0.1)
+    message = str(error.value)
+    assert f"pool 'warehouse' is held by run {holder.run_id}" in message
+    assert f"daily_warehouse_job 2013-01-02, STARTED, pid {os.getpid()}" in message
+    instance.event_log_storage.free_concurrency_slots_for_run(holder.run_id)
+    wait_for_pools(instance, timeout_s=0.3, poll_s=0.1)
+
+
+def test_waiting_for_a_slot_held_by_a_dead_run_frees_it(instance) -> None:
+    dead = started_run(instance, ended_process_tags())
+    wait_for_pools(instance, timeout_s=0.3, poll_s=0.1)
+    assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
