@@ -76,8 +76,11 @@ def kill_at_step(
         return instance.get_run_by_id(run_id)
 
 
-def _run_at_step(instance: dg.DagsterInstance, job: str, step: str, before: set[str]) -> str | None:
-    for record in instance.get_run_records(dg.RunsFilter(job_name=job), limit=5):
+def _run_at_step(
+    instance: dg.DagsterInstance, job: str, step: str, before: set[str], partition: str | None
+) -> str | None:
+    tags = {"dagster/partition": partition} if partition else None
+    for record in instance.get_run_records(dg.RunsFilter(job_name=job, tags=tags), limit=5):
         run_id = record.dagster_run.run_id
         if run_id in before:
             continue
