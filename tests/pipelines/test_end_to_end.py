@@ -269,6 +269,7 @@ def uninterrupted(played, tmp_path_factory) -> dict[str, list[tuple]]:
     return warehouse_snapshot(Path(env["FLYWHEEL_WAREHOUSE_PATH"]))
 
 
+@pytest.mark.slow  # several more played days per case: out of the default suite until measured
 @pytest.mark.parametrize("step", ["raw_weather", "daily_dbt_models", "flight_predictions"], ids=str)
 def test_a_daily_run_killed_mid_step_is_failed_retried_and_leaves_the_warehouse_whole(
     played, uninterrupted, tmp_path, step
@@ -296,6 +297,7 @@ def test_a_daily_run_killed_mid_step_is_failed_retried_and_leaves_the_warehouse_
         assert warehouse_snapshot(Path(env["FLYWHEEL_WAREHOUSE_PATH"])) == uninterrupted
 
 
+@pytest.mark.slow
 def test_a_retraining_killed_mid_training_does_not_stop_the_next_one(played, tmp_path) -> None:
     with world(played, tmp_path) as (env, instance):
         killed = kill_at_step(
@@ -325,6 +327,7 @@ def report_figures(report: Path) -> dict[str, str]:
     return {k: v for k, v in sections.items() if k in ("Production AUC by week", "Labels spent")}
 
 
+@pytest.mark.slow
 def test_the_main_job_killed_mid_day_resumes_to_the_same_report(played, tmp_path) -> None:
     args = ["run", "--start", NEXT.isoformat(), "--days", "2", "--trials", "1"]
     args += ["--max-epochs", "1", "--drift", f"celsius@{DRIFT.start.isoformat()}"]
