@@ -2,20 +2,33 @@
 
 A file that cannot be parsed at all raises LandingFileError naming the file and the position.
 Rows that parse but break the contract are returned apart, each with its line and reason, so
-ingestion can quarantine them and load the rest. Pure pandas, no Dagster.
+ingestion can quarantine them and load the rest: no value, however long, large or odd, raises.
+Pure pandas, no Dagster.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
+import math
+import re
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
 
 import numpy as np
 import pandas as pd
 
 from pipelines.contracts import ColumnSpec, FeedSpec
+
+# A decimal number in plain or scientific notation, blanks around it allowed; no inf, nan, hex,
+# digit separators or non-ASCII digits (which Python's own int() and float() would accept).
+_NUMBER = re.compile(r"[ \t]*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[ \t]*")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what the CSV reader counts as one
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+DATETIME_MIN, DATETIME_MAX = pd.Timestamp(datetime.min), pd.Timestamp(datetime.max)
 
 
 class LandingFileError(ValueError):
@@ -38,17 +51,17 @@ class ValidatedFile:
 
 def parse_csv(key: str, data: bytes) -> tuple[list[str], list[list[str]], list[int]]:
     """Split a CSV file into header, rows and line numbers; raise LandingFileError if malformed."""
-    if not data.strip():
+    text = decode_utf8(key, data)
+    if not text.strip():
         raise LandingFileError(f"{key}: file is empty (expected at least a header line)")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise LandingFileError(f"{key}: not UTF-8 at byte {e.start}") from e
-    if not text.endswith("\n"):
+    if not text.endswith(("\n", "\r")):
         # Producers end every file with a newline; one that does not was cut short in transit.
         raise LandingFileError(
-            f"{key}: truncated at line {text.count(chr(10)) + 1} (no final newline)"
+            f"{key}: truncated at line {len(_LINE_BREAK.findall(text)) + 1} (no final newline)"
         )
+    # The whole file is in memory already, so a field may be as long as the file: the reader's
+    # default limit (128 KiB) would reject the file for one long value instead of its row.
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader)
@@ -70,21 +83,68 @@ def parse_csv(key: str, data: bytes) -> tuple[list[str], list[list[str]], list[i
     return header, rows, lines
 
 
+def decode_utf8(key: str, data: bytes) -> str:
+    """The text of a UTF-8 file without its byte-order mark; LandingFileError if not UTF-8."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        utf16 = data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+        hint = " (it starts with a UTF-16 byte-order mark)" if utf16 else ""
+        raise LandingFileError(f"{key}: not UTF-8 at byte {e.start}{hint}") from e
+    # Spreadsheet exports often start with a UTF-8 byte-order mark; it is not part of the header.
+    return text.removeprefix("\ufeff")
+
+
 def _coerce(col: ColumnSpec, raw: pd.Series, present: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """Typed values of one column and a mask of present values that fail to coerce."""
+    """Typed values of one column, and per row why a present value fails to coerce ('' if not)."""
     if col.type in ("integer", "float"):
-        values = pd.to_numeric(raw.where(present), errors="coerce")
-        bad = present & values.isna()
-        if col.type == "integer":
-            bad |= present & values.notna() & (values % 1 != 0)
-            return values.where(~bad).astype("Int64"), bad
-        return values.astype("float64"), bad
+        parse = _parse_integer if col.type == "integer" else _parse_float
+        # Values repeat a lot within a file (year, month, carrier...): parse each distinct one once.
+        parsed = {text: parse(text) for text in raw[present].unique()}
+        results = [
+            parsed[text] if ok else (None, "") for text, ok in zip(raw, present, strict=True)
+        ]
+        dtype = "Int64" if col.type == "integer" else "float64"
+        values = pd.Series([v for v, _ in results], index=raw.index, dtype=dtype)
+        return values, pd.Series([w for _, w in results], index=raw.index, dtype="object")
     if col.type == "timestamp":
         values = pd.to_datetime(raw.where(present), errors="coerce", utc=True, format="ISO8601")
         values = values.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[us]")
-        return values, present & values.isna()
+        # Python's datetime (and every client fetching one) stops at years 1 and 9999.
+        outside = (values < DATETIME_MIN) | (values > DATETIME_MAX)
+        why = pd.Series("", index=raw.index, dtype="object")
+        why[present & values.isna()] = "not a valid timestamp"
+        why[present & outside.fillna(False)] = "not a valid timestamp (outside years 1 to 9999)"
+        return values, why
     values = raw.where(present).astype("string")
-    return values, pd.Series(False, index=raw.index)
+    return values, pd.Series("", index=raw.index, dtype="object")
+
+
+def _parse_integer(text: str) -> tuple[int | None, str]:
+    """The 64-bit integer `text` spells exactly (digits, or a number without a fraction), or why
+    it is not one; exact where float64 is not (beyond 2**53)."""
+    if not _NUMBER.fullmatch(text):
+        return None, "not a valid integer"
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        # Only an exponent beyond 10**18 gets here: the value is astronomically large or small.
+        return None, "not a valid integer (out of the 64-bit range)"
+    if not INT64_MIN <= number <= INT64_MAX:
+        return None, "not a valid integer (out of the 64-bit range)"
+    if number != number.to_integral_value():
+        return None, "not a valid integer (it has a fraction)"
+    return int(number), ""
+
+
+def _parse_float(text: str) -> tuple[float | None, str]:
+    """The finite float `text` spells, or why it is not one."""
+    if not _NUMBER.fullmatch(text):
+        return None, "not a valid float"
+    number = float(text)
+    if not math.isfinite(number):
+        return None, "not a valid float (beyond the float64 range)"
+    return number, ""
 
 
 def _column_problems(col: ColumnSpec, values: pd.Series, present: pd.Series) -> pd.Series:
@@ -122,9 +182,10 @@ def validate_file(
     reasons = pd.Series("", index=raw.index, dtype="object")
     for col in feed.columns:
         present = ~raw[col.name].isin(null_values)
-        typed[col.name], bad = _coerce(col, raw[col.name], present)
+        typed[col.name], why = _coerce(col, raw[col.name], present)
+        bad = why != ""
         problems = _column_problems(col, typed[col.name], present & ~bad)
-        problems[bad] = f"{col.name}: not a valid {col.type}"
+        problems[bad] = f"{col.name}: " + why[bad]
         reasons = _append(reasons, problems)
     if feed.partition_date and landing_day is not None:
         y, m, d = (typed[c] for c in feed.partition_date)

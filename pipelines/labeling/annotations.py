@@ -4,14 +4,16 @@ Reading an export never raises on bad content. Several valid annotations on one 
 deterministically: the annotation with the latest `updated_at` wins, ties broken by the highest
 annotation id; the others are rejected as "superseded by annotation <id>". A task already
 labelled (earlier, or earlier in the same file) is rejected: the first answer stands. A timestamp
-without a zone is read as UTC.
+without a zone is read as UTC. An item nested deeper than MAX_NESTING levels is rejected whole:
+the export format needs seven, and Python's JSON codec fails near a thousand.
 """
 
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -23,6 +25,16 @@ from pipelines.labeling.label_studio import (
     REJECTED_COLUMNS,
     TO_NAME,
 )
+
+MAX_NESTING = 100
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _quote(value: Any) -> str:
+    """`value`'s repr cut short: a reason names the problem, the record holds the whole value."""
+    short = reprlib.Repr()  # Python 3.11's Repr takes no keyword arguments
+    short.maxlevel, short.maxstring, short.maxlong, short.maxother = 3, 80, 40, 80
+    return short.repr(value)
 
 
 def parse_label_studio_export(
@@ -42,6 +54,11 @@ def parse_label_studio_export(
     rejected: list[dict[str, Any]] = []
     labelled_here: dict[str, str] = {}
     for index, item in enumerate(items):
+        if _nested_deeper(item, MAX_NESTING):
+            # Its JSON text could not be rebuilt within Python's recursion limit: no record.
+            problem = f"item nested deeper than {MAX_NESTING} levels"
+            rejected.append(_rejection(key, index, None, problem, None))
+            continue
         task_id, problem = _check_item(item, awaiting, already_labelled, labelled_here)
         if problem is not None:
             rejected.append(_rejection(key, index, task_id, problem, _dumps(item)))
@@ -68,14 +85,33 @@ def parse_label_studio_export(
 def _load_items(data: bytes) -> tuple[list[Any], str | None]:
     """The items of an export file, or why the whole file is unreadable and where."""
     try:
-        items = json.loads(data.decode("utf-8"))
+        # A byte-order mark is not JSON, but some tools write one before UTF-8 text.
+        items = json.loads(data.decode("utf-8").removeprefix("\ufeff"))
     except UnicodeDecodeError as e:
         return [], f"not UTF-8 at byte {e.start}"
     except json.JSONDecodeError as e:
         return [], f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"
+    except RecursionError:
+        return [], "JSON nested too deeply to parse (beyond Python's recursion limit)"
+    except ValueError as e:
+        # The codec's own limits on valid JSON, e.g. an integer of more than 4300 digits.
+        return [], f"unreadable JSON: {e}"
     if not isinstance(items, list):
         return [], f"not a JSON list of tasks but a JSON {type(items).__name__}"
     return items, None
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether JSON `value` nests lists or objects more than `limit` levels deep (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _check_item(
@@ -93,10 +129,10 @@ def _check_item(
         where = already_labelled[task_id] if task_id in already_labelled else labelled_here[task_id]
         return task_id, f"task already labelled ({where})"
     if task_id not in awaiting:
-        return task_id, f"unknown task {task_id!r}"
+        return task_id, f"unknown task {_quote(task_id)}"
     if data.get("flight_id") != awaiting[task_id]:
-        flight = data.get("flight_id")
-        return task_id, f"flight_id {flight!r} is not the task's flight {awaiting[task_id]!r}"
+        flight = _quote(data.get("flight_id"))
+        return task_id, f"flight_id {flight} is not the task's flight {awaiting[task_id]!r}"
     if not isinstance(item.get("annotations"), list) or not item["annotations"]:
         return task_id, "no annotations"
     return task_id, None
@@ -130,40 +166,57 @@ def _check_annotation(annotation: Any) -> Valid | str:
     """The label, known_at and id of a valid annotation, or why it is not valid."""
     if not isinstance(annotation, dict):
         return "annotation is not a JSON object"
-    if annotation.get("was_cancelled") is True:
+    cancelled = annotation.get("was_cancelled")
+    if cancelled is not None and not isinstance(cancelled, bool):
+        return f"was_cancelled {_quote(cancelled)} is not a boolean"
+    if cancelled:
         return "annotation cancelled"
     annotation_id = annotation.get("id")
     if not isinstance(annotation_id, int) or isinstance(annotation_id, bool):
-        return f"annotation id {annotation_id!r} is not an integer"
+        return f"annotation id {_quote(annotation_id)} is not an integer"
+    if not INT64_MIN <= annotation_id <= INT64_MAX:
+        return f"annotation id {_quote(annotation_id)} is out of the 64-bit range"
+    result = annotation.get("result")
+    if not isinstance(result, list):
+        return f"result {_quote(result)} is not a list"
     choices = [
-        r.get("value", {}).get("choices") if isinstance(r.get("value"), dict) else None
-        for r in annotation.get("result") or []
+        r["value"].get("choices") if isinstance(r.get("value"), dict) else None
+        for r in result
         if isinstance(r, dict) and r.get("from_name") == FROM_NAME and r.get("to_name") == TO_NAME
     ]
     if len(choices) != 1 or not isinstance(choices[0], list) or len(choices[0]) != 1:
-        return f"label {choices!r} not in {LABEL_CHOICES}"
+        return f"label {_quote(choices)} not in {LABEL_CHOICES}"
     label = choices[0][0]
     if label not in LABEL_CHOICES:
-        return f"label {label!r} not in {LABEL_CHOICES}"
+        return f"label {_quote(label)} not in {LABEL_CHOICES}"
     known_at = _utc(annotation.get("updated_at"))
-    if known_at is None:
-        return f"updated_at {annotation.get('updated_at')!r} is not an ISO timestamp"
+    if isinstance(known_at, str):
+        return f"updated_at {_quote(annotation.get('updated_at'))} {known_at}"
     return label, known_at, annotation_id
 
 
-def _utc(text: Any) -> pd.Timestamp | None:
-    """A naive UTC timestamp from ISO text (no zone means UTC), None if it is not one."""
+def _utc(text: Any) -> pd.Timestamp | str:
+    """A naive UTC timestamp from ISO text (no zone means UTC), or why it is not one."""
     if not isinstance(text, str):
-        return None
+        return "is not an ISO timestamp"
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        return None
-    stamp = pd.Timestamp(moment)
-    return stamp.tz_convert("UTC").tz_localize(None) if stamp.tzinfo else stamp
+        return "is not an ISO timestamp"
+    if moment.tzinfo is not None:
+        try:
+            moment = moment.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError:
+            return "is outside years 1 to 9999 in UTC"
+    return pd.Timestamp(moment)
 
 
-def _rejection(key: str, item: int | None, task_id: str | None, reason: str, record: str) -> dict:
+def _rejection(
+    key: str, item: int | None, task_id: str | None, reason: str, record: str | None
+) -> dict:
+    if task_id is not None:
+        # JSON escapes can spell lone surrogates ("\\ud800"), which no UTF-8 text can hold.
+        task_id = task_id.encode("utf-8", "backslashreplace").decode()
     return {
         "source_file": key,
         "item": item,
@@ -174,7 +227,13 @@ def _rejection(key: str, item: int | None, task_id: str | None, reason: str, rec
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates again: escaped, the record stays the same JSON.
+        text = json.dumps(value, sort_keys=True, ensure_ascii=True, default=str)
+    return text
 
 
 def _frames(accepted: list[dict], rejected: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 from datetime import date
 
 import pytest
@@ -130,8 +131,16 @@ def test_bad_rows_are_quarantined_with_line_and_reason(flywheel):
             "header lacks contract columns ['tailnum']",
         ),
         (lambda data: data.replace(b"\n", b'\n"unterminated,', 1), "record starting at line 2"),
+        (lambda data: data[:100] + "ü".encode("latin-1") + data[100:], "not UTF-8 at byte 100"),
+        (
+            lambda data: data.decode().encode("utf-16"),
+            "not UTF-8 at byte 0 (it starts with a UTF-16 byte-order mark)",
+        ),
     ],
-    ids=["empty", "truncated", "short-header", "missing-column", "unterminated-quote"],
+    ids=[
+        *("empty", "truncated", "short-header", "missing-column", "unterminated-quote"),
+        *("latin-1", "utf-16"),
+    ],
 )
 def test_unparseable_file_fails_partition_and_keeps_warehouse(flywheel, corrupt, message):
     land(flywheel, DAY)
@@ -150,3 +159,52 @@ def test_a_missing_landing_file_fails_naming_it(flywheel):
     result = flywheel.ingest("2013-03-01", feeds=("flights",), raise_on_error=False)
     assert not result.success
     assert "no file 'flights/2013-03-01.csv'" in failure_message(result)
+
+
+def test_numbers_beyond_their_type_cost_only_their_row(flywheel):
+    land(flywheel, DAY)
+    lines = good_file(flywheel)
+    col = {name: i for i, name in enumerate(lines[0].split(","))}
+    beyond = "not a valid integer (out of the 64-bit range)"
+    cases = [
+        ("flight", "1" * 23, f"flight: {beyond}"),  # pandas: float64 not safely cast to int64
+        ("flight", str(2**63 + 5), f"flight: {beyond}"),  # pandas: uint64
+        ("flight", "1e308", f"flight: {beyond}"),
+        ("flight", "inf", "flight: not a valid integer"),
+        ("flight", "nan", "flight: not a valid integer"),
+        ("flight", str(2**53 + 1), "flight above 9999"),  # float64 would read 2**53
+        ("distance", "1e400", "distance: not a valid float (beyond the float64 range)"),
+        (
+            "time_hour",
+            "9999-12-31T23:00:00-05:00",
+            "time_hour: not a valid timestamp (outside years 1 to 9999)",
+        ),
+    ]
+    for line, (column, value, _) in enumerate(cases, start=1):
+        fields = lines[line].split(",")
+        fields[col[column]] = value
+        lines[line] = ",".join(fields)
+    rewrite(flywheel, lines)
+    flywheel.ingest(DAY, feeds=("flights",))
+    rows = dict(flywheel.sql("select source_line, reason from raw.quarantine order by 1"))
+    assert rows == {line + 1: reason for line, (_, _, reason) in enumerate(cases, start=1)}
+    loaded = flywheel.scalar("select count(*) from raw.flights")
+    assert loaded == source_rows("flights", DAY) - len(cases)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        lambda data: codecs.BOM_UTF8 + data,
+        lambda data: data.replace(b"\n", b"\r\n"),
+        lambda data: data.replace(b"\n", b"\r"),
+    ],
+    ids=["utf-8-bom", "crlf", "cr"],
+)
+def test_a_byte_order_mark_or_other_line_endings_load_every_row(flywheel, variant):
+    land(flywheel, DAY)
+    data = flywheel.zone.read_bytes(f"flights/{DAY}.csv")
+    flywheel.zone.write_bytes(f"flights/{DAY}.csv", variant(data))
+    flywheel.ingest(DAY, feeds=("flights",))
+    assert flywheel.scalar("select count(*) from raw.flights") == source_rows("flights", DAY)
+    assert flywheel.scalar("select count(*) from raw.quarantine") == 0

@@ -5,10 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pytest
 
+from pipelines.contracts import load_task
+from pipelines.ingestion import ensure_raw_tables
 from pipelines.labeling import (
     ACCEPTED_COLUMNS,
     REJECTED_COLUMNS,
@@ -18,6 +21,10 @@ from pipelines.labeling import (
     render_json,
     select_for_labeling,
 )
+from pipelines.labeling.annotations import MAX_NESTING
+from pipelines.labeling.exchange import import_day
+from pipelines.lib.landing_zone import LocalLandingZone
+from pipelines.lib.warehouse import insert_rows
 
 KEY = "inbox/2013-01-03/b1.json"
 
@@ -274,3 +281,93 @@ def test_nothing_valid_is_lost_every_annotation_is_accepted_or_rejected():
     assert len(accepted) + len(rejected) == 5
     assert accepted["annotation_id"].tolist() == [2, 4]
     assert set(rejected["task_id"]) == {f"T-{A}", f"T-{B}", f"T-{C}"}
+
+
+def test_a_delivery_nested_too_deeply_is_one_rejected_row_and_its_neighbours_import(tmp_path):
+    con = duckdb.connect()
+    task = load_task()
+    ensure_raw_tables(con, task)
+    exported = pd.DataFrame({"task_id": list(AWAITING), "flight_id": list(AWAITING.values())})
+    insert_rows(con, f"raw.{task.label_tasks_table}", exported)
+    store = LocalLandingZone(root=str(tmp_path))
+    day = "2013-01-03"
+    levels = 200_000  # json.loads: RecursionError
+    store.write_bytes(f"inbox/{day}/a-deep.json", b"[" * levels + b"]" * levels)
+    store.write_bytes(
+        f"inbox/{day}/b.json", render_json([item(A, annotation(1)), item(B, annotation(2))])
+    )
+    report = import_day(con, store, task, day)
+    assert (report.accepted, report.rejected) == (2, 1)
+    (row,) = con.execute("select source_file, source_line, reason from raw.quarantine").fetchall()
+    assert row == (
+        f"inbox/{day}/a-deep.json",
+        None,
+        "JSON nested too deeply to parse (beyond Python's recursion limit)",
+    )
+    labels = con.execute(
+        "select task_id, annotation_id from raw.flight_labels order by 2"
+    ).fetchall()
+    assert labels == [(f"T-{A}", 1), (f"T-{B}", 2)]
+
+
+def test_an_item_nested_deeper_than_the_limit_is_rejected_and_the_others_accepted():
+    deep: object = "bottom"
+    for _ in range(MAX_NESTING):
+        deep = [deep]
+    accepted, rejected = parse([item(A, annotation(1), deep), item(B, annotation(2))])
+    assert accepted["annotation_id"].tolist() == [2]
+    assert rejected[["item", "reason"]].values.tolist() == [
+        [0, f"item nested deeper than {MAX_NESTING} levels"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"result": 5}, "result 5 is not a list"),  # was: TypeError, 'int' is not iterable
+        ({"id": 2**64}, "annotation id 18446744073709551616 is out of the 64-bit range"),
+        ({"id": True}, "annotation id True is not an integer"),
+        ({"was_cancelled": "no"}, "was_cancelled 'no' is not a boolean"),
+        (
+            {"updated_at": "9999-12-31T23:00:00-05:00"},
+            "updated_at '9999-12-31T23:00:00-05:00' is outside years 1 to 9999 in UTC",
+        ),
+        ({"updated_at": 20130103}, "updated_at 20130103 is not an ISO timestamp"),
+    ],
+    ids=[
+        "result-int",
+        "id-uint64",
+        "id-bool",
+        "cancelled-text",
+        "updated-year-10000",
+        "updated-int",
+    ],
+)
+def test_an_annotation_wrong_at_one_key_is_rejected_and_the_valid_one_kept(change, reason):
+    accepted, rejected = parse([item(A, annotation(1, **change), annotation(2, "on_time"))])
+    assert accepted["annotation_id"].tolist() == [2]
+    assert rejected[["item", "reason"]].values.tolist() == [[0, reason]]
+
+
+def test_timestamps_beyond_pandas_nanoseconds_are_read_exactly():
+    accepted, rejected = parse([item(A, annotation(1, updated_at="3000-01-01T01:00:00+01:00"))])
+    assert rejected.empty
+    assert accepted["known_at"].tolist() == [pd.Timestamp("3000-01-01 00:00:00")]
+
+
+def test_lone_surrogates_and_a_byte_order_mark_do_not_break_the_import():
+    items = [item(A, annotation(1)), {"data": {"task_id": "\ud800"}, "annotations": []}]
+    data = b"\xef\xbb\xbf" + json.dumps(items).encode()  # ASCII: the surrogate as an escape
+    accepted, rejected = parse(data)
+    assert accepted["annotation_id"].tolist() == [1]
+    (row,) = rejected.to_dict("records")
+    assert row["task_id"] == "\\ud800" and row["reason"] == "unknown task '\\ud800'"
+    row["record"].encode("utf-8")  # storable as UTF-8 text...
+    assert json.loads(row["record"]) == items[1]  # ...and still the same JSON
+
+
+def test_an_integer_beyond_the_json_codec_limit_is_one_rejected_row():
+    accepted, rejected = parse(b'[{"id": ' + b"1" * 5000 + b"}]")
+    assert accepted.empty
+    (reason,) = rejected["reason"]
+    assert reason.startswith("unreadable JSON: Exceeds the limit (4300 digits)")
