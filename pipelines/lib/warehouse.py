@@ -53,6 +53,15 @@ class DuckDBWarehouse(dg.ConfigurableResource):
         finally:
             con.close()
 
+    def wait_until_free(self) -> None:
+        """Wait (at most `lock_timeout_s`) until no other process holds the warehouse's lock.
+
+        For a tool that opens the warehouse itself and fails at once on a lock (dbt): the dbt
+        process of a run killed by SIGKILL outlives the run for a while and keeps its lock.
+        """
+        with self.connect():
+            pass
+
     def query(self, sql: str, params: list | None = None) -> pd.DataFrame:
         """Run a read query and return its result as a DataFrame."""
         with self.connect() as con:

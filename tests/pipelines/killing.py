@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -91,8 +92,7 @@ def _run_at_step(
 
 
 def warehouse_snapshot(path: Path) -> dict[str, list[tuple]]:
-    """Every table's rows (sorted, floats to 9 decimals, processing times left out), by
-    schema-qualified name."""
+    """Every table's rows (sorted, processing times left out), by schema-qualified name."""
     with duckdb.connect(str(path), read_only=True) as con:
         tables = con.execute(
             "select table_schema, table_name from information_schema.tables "
@@ -111,10 +111,21 @@ def warehouse_snapshot(path: Path) -> dict[str, list[tuple]]:
             ]
             select = ", ".join(f'"{c}"' for c in columns)
             rows = con.execute(f'select {select} from "{schema}"."{table}" order by all')
-            snapshot[f"{schema}.{table}"] = [tuple(map(_rounded, r)) for r in rows.fetchall()]
+            snapshot[f"{schema}.{table}"] = rows.fetchall()
     return snapshot
 
 
-def _rounded(value):
-    # Two processes sum floats in different orders (threads): the last digits differ.
-    return round(value, 9) if isinstance(value, float) else value
+def assert_same_warehouse(found: dict[str, list[tuple]], expected: dict[str, list[tuple]]) -> None:
+    """The same tables with the same rows; floats equal to 1e-9 relative (two processes sum in
+    different orders, so the last digits differ). Names the first differing row."""
+    assert sorted(found) == sorted(expected)
+    for table, rows in expected.items():
+        assert len(found[table]) == len(rows), (table, len(found[table]), len(rows))
+        for got, want in zip(found[table], rows, strict=True):
+            assert len(got) == len(want) and all(map(_same, got, want)), (table, got, want)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or (a != a and b != b)
+    return a == b

@@ -11,7 +11,7 @@ from pipelines.lib.dbt import (
     stream_and_keep_parse_state,
 )
 from pipelines.lib.partitions import daily_partitions
-from pipelines.lib.warehouse import WAREHOUSE_POOL
+from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
 
 DAILY_SELECT = "tag:daily"
 TRAINING_SELECT = "tag:training"
@@ -33,8 +33,11 @@ def build_dbt_assets(
         dagster_dbt_translator=FlywheelDbtTranslator(),
         pool=WAREHOUSE_POOL,
     )
-    def daily_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
+    def daily_dbt_models(
+        context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: DuckDBWarehouse
+    ):
         """Build and test the daily models for the run's landing days only (incremental)."""
+        warehouse.wait_until_free()
         window = context.partition_time_window
         # The window goes in the environment, not --vars: changed vars re-parse the project.
         with date_window_env(window.start.date(), window.end.date()):
@@ -48,8 +51,11 @@ def build_dbt_assets(
         dagster_dbt_translator=FlywheelDbtTranslator(),
         pool=WAREHOUSE_POOL,
     )
-    def reference_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
+    def reference_dbt_models(
+        context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: DuckDBWarehouse
+    ):
         """Build and test the models over reference data and labels."""
+        warehouse.wait_until_free()
         yield from stream_and_keep_parse_state(dbt.cli(BUILD, context=context))
 
     @dbt_assets(
@@ -59,8 +65,11 @@ def build_dbt_assets(
         dagster_dbt_translator=FlywheelDbtTranslator(),
         pool=WAREHOUSE_POOL,
     )
-    def training_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
+    def training_dbt_models(
+        context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: DuckDBWarehouse
+    ):
         """Build and test the marts that training datasets are cut from (all labelled days)."""
+        warehouse.wait_until_free()
         yield from stream_and_keep_parse_state(dbt.cli(BUILD, context=context))
 
     return daily_dbt_models, reference_dbt_models, training_dbt_models
