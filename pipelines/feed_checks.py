@@ -7,12 +7,13 @@ check results. Thresholds come from the task's `checks` section.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from datetime import date, timedelta
 from statistics import median
 from typing import Literal
 
 from pipelines.contracts import TaskSpec
+from pipelines.policy import build_settings
 
 Severity = Literal["pass", "warn", "error"]
 SEVERITY_RANK: dict[str, int] = {"pass": 0, "warn": 1, "error": 2}
@@ -81,12 +82,6 @@ class FreshnessVerdict:
     reason: str
 
 
-def _build(cls: type, section: Mapping, where: str):
-    if unknown := set(section) - {f.name for f in fields(cls)}:
-        raise ValueError(f"{where}: unknown settings {sorted(unknown)}")
-    return cls(**section)
-
-
 def load_feed_checks(task: TaskSpec) -> FeedChecks:
     """The task's `checks` section: a volume policy per daily feed (with its overrides)."""
     section = dict(task.sections.get("checks") or {})
@@ -98,15 +93,15 @@ def load_feed_checks(task: TaskSpec) -> FeedChecks:
     daily = [f.name for f in task.daily_feeds]
     if unknown := set(overrides) - set(daily):
         raise ValueError(f"{where}.volume.feeds: {sorted(unknown)} are not daily feeds {daily}")
-    base = _build(VolumePolicy, volume, f"{where}.volume")
-    known = {f.name for f in fields(VolumePolicy)}
-    per_feed = {}
-    for name in daily:
-        override = overrides.get(name) or {}
-        if unknown := set(override) - known:
-            raise ValueError(f"{where}.volume.feeds.{name}: unknown settings {sorted(unknown)}")
-        per_feed[name] = replace(base, **override)
-    freshness = _build(FreshnessPolicy, section.get("freshness") or {}, f"{where}.freshness")
+    # A feed's overrides replace the shared settings they name.
+    per_feed = {
+        name: build_settings(
+            VolumePolicy, {**volume, **(overrides.get(name) or {})}, f"{where}.volume"
+        )
+        for name in daily
+    }
+    freshness = section.get("freshness") or {}
+    freshness = build_settings(FreshnessPolicy, freshness, f"{where}.freshness")
     return FeedChecks(volume=per_feed, freshness=freshness)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from ml.promotion import GateConfig
@@ -36,7 +37,8 @@ class PromotionPolicy:
     n_boot: int = 1000
 
 
-def _build(cls: type, section: dict, where: str):
+def build_settings(cls: type, section: Mapping, where: str):
+    """`cls` from a YAML section; an unknown setting is an error naming it and the known ones."""
     known = {f.name for f in fields(cls)}
     if unknown := set(section) - known:
         raise ValueError(f"{where}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
@@ -46,8 +48,9 @@ def _build(cls: type, section: dict, where: str):
 def load_policies(task: TaskSpec) -> tuple[MonitoringPolicy, PromotionPolicy]:
     """The task's `monitoring` and `promotion` sections (defaults where a section is absent)."""
     raw = task.sections
-    monitoring = _build(MonitoringPolicy, raw.get("monitoring") or {}, f"{task.path}: monitoring")
+    monitoring = raw.get("monitoring") or {}
+    monitoring = build_settings(MonitoringPolicy, monitoring, f"{task.path}: monitoring")
     promotion = dict(raw.get("promotion") or {})
     outer = {k: promotion.pop(k) for k in ("confidence", "n_boot") if k in promotion}
-    gate = _build(GateConfig, promotion, f"{task.path}: promotion")
+    gate = build_settings(GateConfig, promotion, f"{task.path}: promotion")
     return monitoring, PromotionPolicy(gate=gate, **outer)
