@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from datetime import date, timedelta
 from pathlib import Path
@@ -12,7 +13,9 @@ from tqdm import tqdm
 from pipelines.contracts import load_task
 from pipelines.resources import ENVIRONMENTS, flywheel_home, landing_zone
 from sim.clock import read_clock, write_clock
+from sim.console import log_path, output_to_log
 from sim.drift import PlantedDrift, parse_drift
+from sim.executor import RunFailedError
 from sim.main_job import RunOptions, UsageError, days_to_play, run
 from sim.replay import day_bounds, land_days
 
@@ -64,6 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--drift", type=_drift, help="plant a drift, e.g. celsius@2013-11-01 (weather in Celsius)"
     )
+    run.add_argument(
+        "--validation-days",
+        type=_positive_int,
+        default=7,
+        help="latest labelled days each retraining holds out to validate on (before its test)",
+    )
+    run.add_argument(
+        "--test-days",
+        type=_positive_int,
+        default=7,
+        help="latest labelled days each retraining holds out to test on",
+    )
     run.add_argument("--report-dir", type=Path, help="default: $FLYWHEEL_HOME/report")
     run.add_argument(
         "--pool-wait",
@@ -108,6 +123,21 @@ def status(env: str | None = None) -> int:
     return 0
 
 
+def run_logged(days: int, start: date | None, options: RunOptions) -> int:
+    """The main job with one line a day on the terminal and every library's output in a log
+    file; a failed run prints its failing steps' errors and the log's path, and exits 1."""
+    log = log_path(flywheel_home())
+    print(f"logs (Dagster, dbt, training): {log}", flush=True)
+    try:
+        with output_to_log(log):
+            return run(days, start, options)
+    except RunFailedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        print(f"logs: {log}", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; argparse exits with status 2 on a bad command line."""
     parser = build_parser()
@@ -117,14 +147,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return advance(args.days, args.start, args.env)
         if args.command == "run":
             options = RunOptions(
-                args.bootstrap_days,
-                args.trials,
-                args.max_epochs,
-                args.drift,
-                args.report_dir,
-                args.pool_wait,
+                bootstrap_days=args.bootstrap_days,
+                trials=args.trials,
+                max_epochs=args.max_epochs,
+                drift=args.drift,
+                report_dir=args.report_dir,
+                pool_wait_s=args.pool_wait,
+                validation_days=args.validation_days,
+                test_days=args.test_days,
             )
-            return run(args.days, args.start, options)
+            return run_logged(args.days, args.start, options)
         return status(args.env)
     except UsageError as e:
         parser.error(str(e))

@@ -91,12 +91,12 @@ class RunExecutor:
 
         The operator's run config of the job is merged over the request's own.
         """
-        self.recover()
         config = {**(request.run_config or {}), **self.run_configs.get(request.job_name, {})}
         return self._execute(request.with_replaced_attrs(run_config=config), tags)
 
     def _execute(self, request: dg.RunRequest, tags: dict[str, str]) -> RunSummary:
-        wait_for_pools(self.instance, self.pool_wait_s)
+        # Every poll fails and retries dead runs first: a retry runs before the runs after it.
+        wait_for_pools(self.instance, self.pool_wait_s, recover=self.recover)
         started = time.monotonic()
         result = self.defs.resolve_job_def(request.job_name).execute_in_process(
             run_config=request.run_config or None,

@@ -48,11 +48,19 @@ class RunOptions:
     report_dir: Path | None = None
     # How long a run waits for a pool slot held by another live run before it fails naming it.
     pool_wait_s: float = 600.0
+    # The latest labelled days each retraining holds out: validation, then test.
+    validation_days: int = 7
+    test_days: int = 7
 
     def run_configs(self) -> dict[str, dict]:
         """The operator's run config of the retraining job."""
         training = {"n_trials": self.trials, "max_epochs": self.max_epochs}
-        return {"retraining_job": {"ops": {"challenger_model": {"config": training}}}}
+        windows = {"validation_days": self.validation_days, "test_days": self.test_days}
+        ops = {
+            "training_dataset": {"config": windows},
+            "challenger_model": {"config": training},
+        }
+        return {"retraining_job": {"ops": ops}}
 
 
 def _describe(tick, driver) -> str:

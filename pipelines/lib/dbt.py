@@ -24,6 +24,8 @@ from dagster_dbt import (
 )
 from packaging.version import Version
 
+from pipelines.lib.runs import record_child_process
+
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt_project"
 
 dbt_project = DbtProject(project_dir=DBT_PROJECT_DIR, profiles_dir=DBT_PROJECT_DIR)
@@ -108,10 +110,17 @@ KEEP_TARGETS_ENV = "FLYWHEEL_DBT_KEEP_TARGETS"
 def stream_and_keep_parse_state(invocation: DbtCliInvocation) -> Iterator[Any]:
     """The invocation's Dagster events; once all succeeded, its parse state seeds the next.
 
+    The dbt process is named in the run's tags first: if the run's process is killed, dbt
+    outlives it holding the warehouse, and the run's recovery ends it (`pipelines.lib.runs`).
+
     The invocation's own target folder (about 5 MB) is then removed unless KEEP_TARGETS_ENV is
     set: a daily run would otherwise leave one per partition. A failed invocation keeps it, with
     the dbt.log that Dagster's error points to.
     """
+    if invocation.context is not None:
+        record_child_process(
+            invocation.context.instance, invocation.context.run_id, invocation.process.pid
+        )
     yield from invocation.stream()
     keep_parse_state(invocation)
     if not os.getenv(KEEP_TARGETS_ENV):

@@ -9,9 +9,10 @@ keeps its claim on a pool slot that every later run of that pool waits for.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import dagster as dg
 import psutil
@@ -19,7 +20,10 @@ import psutil
 HOST_TAG = "flywheel/host"
 PID_TAG = "flywheel/pid"
 PID_STARTED_TAG = "flywheel/pid_started"
-PROCESS_TAGS = (HOST_TAG, PID_TAG, PID_STARTED_TAG)
+# The subprocesses a run started (dbt), as "pid@start time" separated by spaces: a SIGKILL of
+# the run's process leaves them running, holding what the run held (the warehouse's lock).
+CHILDREN_TAG = "flywheel/child_processes"
+PROCESS_TAGS = (HOST_TAG, PID_TAG, PID_STARTED_TAG, CHILDREN_TAG)
 UNFINISHED = [
     dg.DagsterRunStatus.NOT_STARTED,
     dg.DagsterRunStatus.STARTING,
@@ -48,17 +52,61 @@ def process_tags() -> dict[str, str]:
     }
 
 
+def record_child_process(instance: dg.DagsterInstance, run_id: str, pid: int) -> None:
+    """Name subprocess `pid` in run `run_id`'s tags, so that if the run's own process is killed,
+    `fail_dead_runs` ends the subprocess before the run's retry needs what it holds."""
+    run = instance.get_run_by_id(run_id)
+    if run is None or run.tags.get(HOST_TAG) != socket.gethostname():
+        return  # not a run executed in process here: its launcher owns its processes
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return  # already ended
+    children = f"{run.tags.get(CHILDREN_TAG, '')} {pid}@{started:.2f}".strip()
+    instance.add_run_tags(run_id, {CHILDREN_TAG: children})
+
+
+def _alive(pid: int, started: float) -> psutil.Process | None:
+    """The process `pid` if it still is the one started at `started` (pids are reused)."""
+    try:
+        process = psutil.Process(pid)
+        if abs(process.create_time() - started) > 0.05:
+            return None
+        return None if process.status() == psutil.STATUS_ZOMBIE else process
+    except psutil.NoSuchProcess:
+        return None
+
+
 def process_is_gone(tags: Mapping[str, str]) -> bool:
     """Whether the process that `tags` name has ended; False if they name none or another host."""
     if tags.get(HOST_TAG) != socket.gethostname() or PID_TAG not in tags:
         return False
-    try:
-        process = psutil.Process(int(tags[PID_TAG]))
-        # A pid is reused once its process ends: the start time tells the two apart.
-        reused = abs(process.create_time() - float(tags.get(PID_STARTED_TAG, "0"))) > 0.05
-        return reused or process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    return _alive(int(tags[PID_TAG]), float(tags.get(PID_STARTED_TAG, "0"))) is None
+
+
+def kill_orphans(tags: Mapping[str, str], timeout_s: float = 30.0) -> list[int]:
+    """SIGKILL the subprocesses (and their descendants) that a dead run left running; their
+    pids. Waits until they are gone, so what they held (a file lock) is released."""
+    orphans = []
+    for entry in tags.get(CHILDREN_TAG, "").split():
+        pid, _, started = entry.partition("@")
+        process = _alive(int(pid), float(started))
+        if process is None:
+            continue
+        try:
+            family = [*process.children(recursive=True), process]
+        except psutil.NoSuchProcess:
+            continue
+        for member in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.kill()
+        orphans.extend(family)
+    _gone, alive = psutil.wait_procs(orphans, timeout=timeout_s)
+    if alive:
+        raise RuntimeError(
+            f"processes {[p.pid for p in alive]} of a dead run survived SIGKILL for {timeout_s}s"
+        )
+    return [p.pid for p in orphans]
 
 
 def fail_dead_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
@@ -69,11 +117,13 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
         run = record.dagster_run
         if not process_is_gone(run.tags):
             continue
+        orphans = kill_orphans(run.tags)
+        ended = f"; its subprocesses {orphans} ended" if orphans else ""
         instance.report_run_failed(
             run,
             f"run worker gone: process {run.tags[PID_TAG]} on {run.tags[HOST_TAG]} ended "
             f"without finishing run {run.run_id} (killed: SIGKILL, the OOM killer, a lost "
-            "machine); marked failed and its pool slots freed",
+            f"machine); marked failed and its pool slots freed{ended}",
         )
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         failed.append(instance.get_run_by_id(run.run_id))
@@ -127,14 +177,23 @@ def full_pool_holders(instance: dg.DagsterInstance) -> dict[str, set[str]]:
     return full
 
 
-def wait_for_pools(instance: dg.DagsterInstance, timeout_s: float, poll_s: float = 0.5) -> None:
+def wait_for_pools(
+    instance: dg.DagsterInstance,
+    timeout_s: float,
+    poll_s: float = 0.5,
+    recover: Callable[[], object] | None = None,
+) -> None:
     """Wait until no pool is full; PoolWaitTimeoutError naming the holding runs after `timeout_s`.
 
-    Dead holders are failed and freed on every poll, so only a live run can make this wait.
+    Dead holders are failed and freed on every poll (by `recover`, which may also retry them;
+    default `fail_dead_runs`), so only a live run can make this wait.
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        fail_dead_runs(instance)
+        if recover is None:
+            fail_dead_runs(instance)
+        else:
+            recover()
         full = full_pool_holders(instance)
         if not full:
             return

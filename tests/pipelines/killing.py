@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,20 +58,25 @@ def kill_at_step(
     run as the instance has it."""
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         before = {r.dagster_run.run_id for r in instance.get_run_records()}
-    child = subprocess.Popen(
-        [sys.executable, "-c", script, *args],
-        cwd=REPO,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 300
-    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+    # A file, not a pipe: a child that logs more than a pipe holds would block on it.
+    with (
+        tempfile.TemporaryFile() as errors,
+        dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance,
+    ):
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            cwd=REPO,
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
+        deadline = time.monotonic() + 300
         while (run_id := _run_at_step(instance, job, step, before, partition)) is None:
             if child.poll() is not None:
+                errors.seek(0)
                 raise AssertionError(
                     f"the child ended (exit {child.returncode}) before {job} reached {step}:\n"
-                    + child.stderr.read().decode()[-3000:]
+                    + errors.read().decode(errors="replace")[-3000:]
                 )
             if time.monotonic() > deadline:
                 child.kill()
@@ -79,7 +85,6 @@ def kill_at_step(
         time.sleep(after_s)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
-        child.stderr.close()
         assert child.returncode == -signal.SIGKILL
         return instance.get_run_by_id(run_id)
 

@@ -275,7 +275,7 @@ def uninterrupted(played, tmp_path_factory) -> dict[str, list[tuple]]:
     return warehouse_snapshot(Path(env["FLYWHEEL_WAREHOUSE_PATH"]))
 
 
-@pytest.mark.slow  # several more played days per case: out of the default suite until measured
+@pytest.mark.slow  # about 4 min a case on 2 cores: `make test-all`
 @pytest.mark.parametrize("step", ["raw_weather", "daily_dbt_models", "flight_predictions"], ids=str)
 def test_a_daily_run_killed_mid_step_is_failed_retried_and_leaves_the_warehouse_whole(
     played, uninterrupted, tmp_path, step
@@ -338,6 +338,7 @@ def report_figures(report: Path) -> dict[str, str]:
 def test_the_main_job_killed_mid_day_resumes_to_the_same_report(played, tmp_path) -> None:
     args = ["run", "--start", NEXT.isoformat(), "--days", "2", "--trials", "1"]
     args += ["--max-epochs", "1", "--drift", f"celsius@{DRIFT.start.isoformat()}"]
+    args += ["--validation-days", "2", "--test-days", "2"]  # the world has ten labelled days
     figures = []
     for name, kill in (("uninterrupted", False), ("killed", True)):
         env = copy_world(played.home.parent, tmp_path / name)

@@ -10,6 +10,8 @@ import sys
 import uuid
 
 import dagster as dg
+import duckdb
+import psutil
 import pytest
 
 from pipelines.lib.runs import (
@@ -20,6 +22,7 @@ from pipelines.lib.runs import (
     fail_dead_runs,
     full_pool_holders,
     process_tags,
+    record_child_process,
     retry_tags,
     wait_for_pools,
 )
@@ -109,3 +112,58 @@ def test_waiting_for_a_slot_held_by_a_dead_run_frees_it(instance) -> None:
     dead = started_run(instance, ended_process_tags())
     wait_for_pools(instance, timeout_s=0.3, poll_s=0.1)
     assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+
+
+# A subprocess that holds a DuckDB file's write lock until it is killed, as dbt does mid-build.
+LOCK_HOLDER = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_subprocess_a_dead_run_left_holding_the_warehouse_is_ended(instance, tmp_path):
+    database = tmp_path / "warehouse.duckdb"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(database)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        with pytest.raises(duckdb.IOException, match="lock"):
+            duckdb.connect(str(database))
+        dead = started_run(instance, ended_process_tags())
+        record_child_process(instance, dead.run_id, holder.pid)
+        assert [r.run_id for r in fail_dead_runs(instance)] == [dead.run_id]
+        (event,) = instance.all_logs(dead.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+        assert f"its subprocesses [{holder.pid}] ended" in event.message
+        assert not psutil.pid_exists(holder.pid)  # killed and reaped before the run was failed
+        duckdb.connect(str(database)).close()  # the lock went with the subprocess
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_subprocess_of_a_live_run_is_left_alone(instance) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        run = started_run(instance, process_tags())
+        record_child_process(instance, run.run_id, child.pid)
+        assert fail_dead_runs(instance) == []
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_dead_holder_found_while_waiting_for_a_slot_is_retried_before_the_wait_ends(
+    instance,
+) -> None:
+    dead = started_run(instance, ended_process_tags())
+    retried = []
+
+    def recover() -> None:
+        retried.extend(run.run_id for run in fail_dead_runs(instance))
+
+    wait_for_pools(instance, timeout_s=0.3, poll_s=0.1, recover=recover)
+    assert retried == [dead.run_id]

@@ -1,0 +1,183 @@
+"""Benchmark: seconds per simulated day, by stage, for two versions of the code on the same days.
+
+    python -m bench.day_cost --start 2013-01-01 --days 10 --bootstrap-days 6 --before REF
+
+Plays the main job (the same code as `make flywheel`) on the same days twice, one after the
+other, each in a fresh FLYWHEEL_HOME: once with the code at git revision REF (checked out in a
+temporary worktree; its dbt project parsed there) and once with the working tree. Then reads
+each Dagster instance and prints, per simulated day, where the seconds went: each step of the
+daily warehouse run, the other runs by job, and what the driver spent outside any run (landing
+files, ticking sensors, opening runs). Retraining runs are reported apart (they are weekly).
+Without --before, only the working tree is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import date
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PROGRESS = re.compile(r"^\[(\d+)/(\d+) (\d+)s\] (\d{4}-\d\d-\d\d):")
+DAILY_JOBS = ("daily_warehouse_job", "label_export_job", "label_import_job", "reference_job")
+
+
+def checkout(ref: str, into: Path) -> Path:
+    """A worktree of `ref` under `into`, with its dbt project parsed."""
+    tree = into / "tree"
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "-q", str(tree), ref], cwd=REPO, check=True
+    )
+    dbt = str(Path(sys.prefix) / "bin" / "dbt")
+    project = tree / "dbt_project"
+    subprocess.run(
+        [dbt, "parse", "--project-dir", str(project), "--profiles-dir", str(project), "-q"],
+        cwd=project,
+        check=True,
+        env={**os.environ, "FLYWHEEL_WAREHOUSE_PATH": str(into / "parse.duckdb")},
+    )
+    return tree
+
+
+def play(code: Path, home: Path, args: argparse.Namespace) -> tuple[float, dict[str, float]]:
+    """Play the days with the code under `code` in a fresh `home`; (wall s, each day's wall s)."""
+    from bench.drift_to_promotion import fresh_home
+
+    fresh_home(home)
+    command = [sys.executable, "-m", "sim", "run", "--start", args.start.isoformat()]
+    command += ["--days", str(args.days), "--bootstrap-days", str(args.bootstrap_days)]
+    command += ["--trials", str(args.trials), "--max-epochs", str(args.max_epochs)]
+    command += ["--validation-days", "2", "--test-days", "2", "--report-dir", str(home / "rep")]
+    log = home / "main_job.log"
+    print(f"  playing {args.days} days with the code in {code} (output: {log})", flush=True)
+    began = time.monotonic()
+    with log.open("w") as out:
+        done = subprocess.run(command, cwd=code, stdout=out, stderr=subprocess.STDOUT)
+    wall = time.monotonic() - began
+    if done.returncode != 0:
+        raise SystemExit(f"the main job failed (exit {done.returncode}); see {log}")
+    days, previous = {}, 0.0
+    for line in log.read_text().splitlines():
+        match = PROGRESS.match(line)
+        if match:
+            elapsed = float(match.group(3))
+            days[match.group(4)] = elapsed - previous
+            previous = elapsed
+    return wall, days
+
+
+def breakdown(home: Path) -> dict[str, dict[str, float]]:
+    """Seconds per event day: each daily-warehouse step, each other job, and the run overhead."""
+    import dagster as dg
+
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    stages: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    with dg.DagsterInstance.get() as instance:
+        for record in instance.get_run_records(dg.RunsFilter(), ascending=True):
+            run = record.dagster_run
+            day = run.tags.get("dagster/partition") or run.tags.get("flywheel/event_day") or "?"
+            wall = (record.end_time or 0) - (record.start_time or 0)
+            if run.job_name not in DAILY_JOBS:
+                stages["retraining"][run.job_name] += wall
+                continue
+            steps = step_seconds(instance, run.run_id)
+            if run.job_name == "daily_warehouse_job":
+                for step, seconds in steps.items():
+                    stages[day][f"daily: {step}"] += seconds
+                stages[day]["daily: run overhead"] += wall - sum(steps.values())
+            else:
+                stages[day][run.job_name.removesuffix("_job")] += wall
+    return stages
+
+
+def step_seconds(instance, run_id: str) -> dict[str, float]:
+    """Each step's seconds from its start event to its success or failure event."""
+    import dagster as dg
+
+    started, seconds = {}, {}
+    for entry in instance.all_logs(
+        run_id,
+        of_type={
+            dg.DagsterEventType.STEP_START,
+            dg.DagsterEventType.STEP_SUCCESS,
+            dg.DagsterEventType.STEP_FAILURE,
+        },
+    ):
+        key = entry.step_key
+        if entry.dagster_event.event_type == dg.DagsterEventType.STEP_START:
+            started[key] = entry.timestamp
+        elif key in started:
+            seconds[key] = entry.timestamp - started[key]
+    return seconds
+
+
+def summarize(name: str, wall: float, days: dict[str, float], stages) -> dict[str, float]:
+    """Print the mean seconds per simulated day by stage; the means."""
+    played = [d for d in days if d in stages]
+    count = len(played) or 1
+    means: dict[str, float] = defaultdict(float)
+    for day in played:
+        in_runs = 0.0
+        for stage, seconds in stages[day].items():
+            means[stage] += seconds / count
+            in_runs += seconds
+        means["driver outside runs (landing, sensors, run start)"] += (
+            max(days[day] - in_runs, 0.0) / count
+        )
+    per_day = sum(days[d] for d in played) / count
+    retraining = stages.get("retraining", {})
+    print(
+        f"\n{name}: {wall:.0f} s for {len(days)} days; {per_day:.2f} s per day without retraining"
+    )
+    for stage, seconds in sorted(means.items(), key=lambda kv: -kv[1]):
+        print(f"  {seconds:7.2f} s  {stage}")
+    for job, seconds in retraining.items():
+        print(f"  retraining: {job} {seconds:.0f} s in all")
+    means["per day"] = per_day
+    return means
+
+
+def main() -> int:
+    """Run the benchmark; see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--start", type=date.fromisoformat, default=date(2013, 1, 1))
+    parser.add_argument("--days", type=int, default=10)
+    parser.add_argument("--bootstrap-days", type=int, default=6)
+    parser.add_argument("--trials", type=int, default=1)
+    parser.add_argument("--max-epochs", type=int, default=2)
+    parser.add_argument("--before", help="git revision to compare with (default: none)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="flywheel-day-cost-"))
+    print(f"state under {work}")
+    versions = []
+    if args.before:
+        versions.append((f"before ({args.before})", checkout(args.before, work / "before")))
+    versions.append(("after (working tree)", REPO))
+    results = []
+    try:
+        for name, code in versions:
+            home = work / name.split()[0] / "home"
+            wall, days = play(code, home, args)
+            results.append((name, wall, days, breakdown(home)))
+    finally:
+        if args.before:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(work / "before" / "tree")],
+                cwd=REPO,
+                check=False,
+            )
+    means = [summarize(*result) for result in results]
+    if len(means) == 2 and means[1]["per day"]:
+        print(f"\nper-day cost cut {means[0]['per day'] / means[1]['per day']:.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""The main job's terminal: its own lines only; libraries' output in the log file; errors once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+LIBRARY_NOISE = """
+import logging, os, sys, warnings
+from pathlib import Path
+from sim.console import output_to_log
+with output_to_log(Path(sys.argv[1])):
+    print("day 1 done")
+    logging.getLogger("dagster").error("a DEBUG event of a run")
+    warnings.warn("a library's warning")
+    os.write(1, b"a subprocess's stdout\\n")
+    os.write(2, b"a subprocess's stderr\\n")
+    sys.stderr.write("a progress bar\\n")
+print("after")
+"""
+
+
+def test_only_the_main_jobs_lines_reach_the_terminal(tmp_path) -> None:
+    log = tmp_path / "logs" / "main_job.log"
+    done = subprocess.run(
+        [sys.executable, "-c", LIBRARY_NOISE, str(log)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout == "day 1 done\nafter\n"
+    assert done.stderr == ""
+    written = log.read_text()
+    for line in ("a DEBUG event of a run", "a library's warning", "a subprocess's stdout"):
+        assert line in written
+    assert "a subprocess's stderr" in written and "a progress bar" in written
+    assert "day 1 done" not in written
+
+
+FAILING_RUN = """
+import sys
+import sim.cli
+from sim.executor import RunFailedError
+def run(days, start, options):
+    print("[1/2 3s] 2013-01-01: daily_warehouse 3s")
+    print("dbt chatter", file=sys.stderr)
+    raise RunFailedError("run abc of daily_warehouse_job (partition 2013-01-02) failed\\n"
+                         "step daily_dbt_models:\\n  Database Error: boom")
+sim.cli.run = run
+sys.exit(sim.cli.main(["run", "--days", "2"]))
+"""
+
+
+def test_a_failed_run_prints_its_error_once_and_the_log_then_exits_1(tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FAILING_RUN],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "FLYWHEEL_HOME": str(tmp_path), "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 1
+    (log,) = (tmp_path / "logs").glob("main_job-*.log")
+    assert done.stdout.splitlines() == [
+        f"logs (Dagster, dbt, training): {log}",
+        "[1/2 3s] 2013-01-01: daily_warehouse 3s",
+        f"logs: {log}",
+    ]
+    assert done.stderr.count("Database Error: boom") == 1
+    assert done.stderr.startswith("error: run abc of daily_warehouse_job (partition 2013-01-02)")
+    assert "dbt chatter" in log.read_text()
