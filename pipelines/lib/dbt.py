@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import itertools
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import uuid
@@ -13,6 +16,7 @@ from datetime import date
 from functools import cached_property
 from importlib.metadata import version as installed_version
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from dagster_dbt import (
@@ -57,7 +61,19 @@ class FlywheelDbtCliResource(DbtCliResource):
     DbtCliResource runs `dbt --version` once per resource instance, i.e. once per run, and builds
     a dbt adapter in the run's process before each command (importing dbt-core there) only to
     fetch row counts or column metadata, which these assets do not ask for.
+
+    When `dbt_executable` is this environment's dbt, commands run in this process (dbt's
+    programmatic `dbtRunner`) on a manifest parsed once per process: a command then costs its
+    SQL, not a Python start, dbt's imports and a parse (7 of a daily build's 10 s). Its events
+    reach Dagster exactly as the CLI's JSON log lines do. Another dbt runs as a subprocess.
     """
+
+    def cli(self, args: Sequence[str], **kwargs: Any) -> DbtCliInvocation:
+        """As DbtCliResource.cli; in this process when the dbt is this environment's."""
+        if Path(self.dbt_executable).parent not in _environment_bin_folders():
+            return super().cli(args, **kwargs)
+        with _dbt_in_process():
+            return super().cli(args, **kwargs)
 
     @cached_property
     def _cli_version(self) -> Version:
@@ -74,11 +90,140 @@ def _environment_bin_folders() -> set[Path]:
     return {Path(sys.prefix) / "bin", Path(sys.executable).parent}
 
 
+class InProcessDbt:
+    """A dbt command run to its end in this process, as the finished `subprocess.Popen` of the
+    dbt CLI that DbtCliInvocation reads: `args`, `returncode`, and `stdout` holding the JSON log
+    lines the CLI would print (every event; an exception dbt raised becomes an error line)."""
+
+    pid = None  # nothing outlives the run's process
+
+    def __init__(self, args: Sequence[str], env: Mapping[str, str], cwd: Any = None, **_: Any):
+        from dbt.cli.main import dbtRunner
+        from dbt_common.events.functions import msg_to_dict
+
+        self.args = list(args)
+        lines: list[bytes] = []
+        # The environment is the command's (the date window, the target folder); the console log
+        # is off: the events go to Dagster, and dbt.log in the target folder has them all.
+        quiet = {"DBT_LOG_LEVEL": "none", "DBT_LOG_LEVEL_FILE": "debug"}
+        with _environ_lock, _environ({**env, **quiet}), _cwd(cwd):
+            try:
+                manifest = _manifest(self.args[1:])
+                result = dbtRunner(
+                    manifest=manifest, callbacks=[lambda e: lines.append(_json(msg_to_dict(e)))]
+                ).invoke(self.args[1:])
+            finally:
+                _release_connections()
+        if result.exception is not None:
+            error = {"info": {"level": "error", "msg": f"{result.exception}", "name": "Error"}}
+            lines.append(_json(error | {"data": {}}))
+        self.returncode = 0 if result.success else 2 if result.exception is not None else 1
+        self.stdout = io.BytesIO(b"\n".join(lines))
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.returncode
+
+    def poll(self) -> int:
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """Nothing to signal: the command has finished."""
+
+
+def _json(event: Mapping[str, Any]) -> bytes:
+    import orjson
+
+    return orjson.dumps(event, default=str)
+
+
+# Manifests parsed in this process, by project folder and parse arguments; a new parse of the
+# project (its target/manifest.json rewritten, as `dagster dev` and `make setup` do) replaces it.
+_manifests: dict[tuple, Any] = {}
+# Options of a command that change what a parse produces.
+_PARSE_OPTIONS = ("--target", "-t", "--profile", "--vars", "--profiles-dir", "--project-dir")
+
+
+def _manifest(args: Sequence[str]) -> Any:
+    from dbt.cli.main import dbtRunner
+
+    options = []
+    for flag, value in itertools.pairwise(args):
+        if flag in _PARSE_OPTIONS:
+            options += [flag, value]
+    project = Path(os.environ.get("DBT_PROJECT_DIR", "."))
+    parsed = project / "target" / "manifest.json"
+    key = (str(project.resolve()), tuple(options), parsed.stat().st_mtime if parsed.exists() else 0)
+    if key not in _manifests:
+        result = dbtRunner().invoke(["parse", *options])
+        if not result.success:
+            raise RuntimeError(f"dbt could not parse the project {project}: {result.exception}")
+        _manifests.clear()
+        _manifests[key] = result.result
+    return _manifests[key]
+
+
+def _release_connections() -> None:
+    """Close what the dbt command left open: dbt-duckdb keeps the database file open (and
+    locked against every other process) after a command, until the interpreter exits."""
+    from dbt.adapters.factory import cleanup_connections
+
+    cleanup_connections()
+    try:
+        from dbt.adapters.duckdb.connections import DuckDBConnectionManager
+    except ImportError:
+        return
+    # dbt-duckdb's `close_all_connections` drops its environment without closing it.
+    with DuckDBConnectionManager._LOCK:
+        if DuckDBConnectionManager._ENV is not None:
+            DuckDBConnectionManager._ENV.close()
+        DuckDBConnectionManager._ENV = None
+
+
+@contextmanager
+def _environ(values: Mapping[str, str]) -> Iterator[None]:
+    previous = dict(os.environ)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(previous)
+
+
+@contextmanager
+def _cwd(folder: Any) -> Iterator[None]:
+    previous = os.getcwd()
+    if folder is not None:
+        os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+@contextmanager
+def _dbt_in_process() -> Iterator[None]:
+    """DbtCliResource.cli with its dbt process replaced by `InProcessDbt`."""
+    # dagster-dbt starts dbt with `subprocess.Popen` in this module and reads only the process's
+    # `args`, `stdout`, `wait()` and `send_signal()`; there is no other way in.
+    from dagster_dbt.core import dbt_cli_invocation
+
+    with _environ_lock:
+        module = dbt_cli_invocation.subprocess
+        dbt_cli_invocation.subprocess = SimpleNamespace(
+            Popen=InProcessDbt, PIPE=subprocess.PIPE, STDOUT=subprocess.STDOUT
+        )
+        try:
+            yield
+        finally:
+            dbt_cli_invocation.subprocess = module
+
+
 # The environment variables the daily models read their window of flight days from
 # (macros/date_window.sql): min inclusive, max exclusive.
 WINDOW_ENV_VARS = ("FLYWHEEL_MIN_DATE", "FLYWHEEL_MAX_DATE")
 
-_environ_lock = threading.Lock()
+_environ_lock = threading.RLock()
 
 PARTIAL_PARSE_FILE = "partial_parse.msgpack"
 
@@ -117,7 +262,7 @@ def stream_and_keep_parse_state(invocation: DbtCliInvocation) -> Iterator[Any]:
     set: a daily run would otherwise leave one per partition. A failed invocation keeps it, with
     the dbt.log that Dagster's error points to.
     """
-    if invocation.context is not None:
+    if invocation.context is not None and invocation.process.pid is not None:
         record_child_process(
             invocation.context.instance, invocation.context.run_id, invocation.process.pid
         )

@@ -84,3 +84,44 @@ def test_a_new_date_window_compiles_into_the_sql_without_reparsing(tmp_path):
     ).read_text()
     assert "flight_date >= cast('2013-02-03' as date)" in compiled
     assert "flight_date < cast('2013-02-05' as date)" in compiled
+
+
+# Holds a DuckDB file's write lock until killed, as another writer of the warehouse would.
+LOCK_HOLDER = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_dbt_in_process_releases_the_warehouse_and_reports_a_lock_it_met(tmp_path, monkeypatch):
+    from pipelines.lib.dbt import FlywheelDbtCliResource, InProcessDbt, dbt_executable
+
+    warehouse = tmp_path / "warehouse.duckdb"
+    with duckdb.connect(str(warehouse)) as con:
+        ensure_raw_tables(con, load_task())
+    monkeypatch.setenv("FLYWHEEL_WAREHOUSE_PATH", str(warehouse))
+    monkeypatch.setenv("DBT_TARGET_PATH", str(tmp_path / "target"))
+    dbt = FlywheelDbtCliResource(
+        project_dir=str(DBT_PROJECT_DIR), target="local", dbt_executable=dbt_executable()
+    )
+    built = dbt.cli(["run", "--select", "stg_landing__flights"], raise_on_error=False)
+    assert isinstance(built.process, InProcessDbt)
+    names = [event.raw_event["info"]["name"] for event in built.stream_raw_events()]
+    assert "LogModelResult" in names and built.is_successful()
+    # The command left nothing open: another process can write the warehouse at once.
+    other = "import duckdb, sys; duckdb.connect(sys.argv[1]).close()"
+    subprocess.run([sys.executable, "-c", other, str(warehouse)], check=True)
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(warehouse)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        blocked = dbt.cli(["run", "--select", "stg_landing__flights"], raise_on_error=False)
+        assert not blocked.is_successful()
+        assert "lock" in str(blocked.get_error()).lower()
+    finally:
+        holder.kill()
+        holder.wait()
