@@ -17,6 +17,7 @@ import pandas as pd
 
 from ml.metrics import auroc, logloss
 from pipelines.lib.registry import load_model, model_version, registered_name, versions
+from pipelines.lib.warehouse import has_relation
 from sim.driver import RETRAINING_JOB
 from sim.labeling import is_late
 
@@ -38,6 +39,12 @@ def weekly_auc(defs: dg.Definitions, task_name: str, first: date, last: date, st
     from ml.pyfunc import model_input
 
     warehouse, tracker = defs.resources["warehouse"], defs.resources["tracker"]
+    empty = pd.DataFrame(
+        columns=["week", "flights", "late_rate", "flywheel", "static", "flywheel_logloss"]
+    )
+    with warehouse.connect() as con:
+        if not has_relation(con, "flight_predictions"):
+            return empty  # no model was ever promoted: nothing was scored
     flights = warehouse.query(
         "select f.*, p.probability as flywheel, p.model_version from fct_flight_features f "
         "join flight_predictions p using (flight_id) where f.flight_date between ? and ? "
@@ -45,9 +52,7 @@ def weekly_auc(defs: dg.Definitions, task_name: str, first: date, last: date, st
         [first.isoformat(), last.isoformat()],
     )
     if flights.empty:
-        return pd.DataFrame(
-            columns=["week", "flights", "late_rate", "flywheel", "static", "flywheel_logloss"]
-        )
+        return empty
     model = load_model(tracker, model_version(tracker, registered_name(task_name), static))
     flights["static"] = np.asarray(model.predict(model_input(flights)), dtype=np.float64)
     flights["is_late"] = [is_late(f) for f in flights.flight_id]
