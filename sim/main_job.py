@@ -102,7 +102,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     import dagster as dg
 
     from pipelines.definitions import defs
-    from pipelines.lib.registry import registered_name, versions
+    from pipelines.lib.registry import champion, registered_name, versions
     from sim.driver import RETRAINING_JOB, FlywheelDriver
     from sim.labeling import LabelingService
     from sim.report import write_report
@@ -159,6 +159,13 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             print(
                 f"no production period to report: the first model trains after "
                 f"{options.bootstrap_days} days (--bootstrap-days); run more days"
+            )
+            return 0
+        if champion(tracker, name) is None:
+            print(
+                f"no production period to report: none of the {len(registered)} models trained "
+                "passed the promotion gate, so nothing was scored (raise --trials or "
+                "--max-epochs, or run more days)"
             )
             return 0
         retrain_runs = instance.get_run_records(dg.RunsFilter(job_name=RETRAINING_JOB))
