@@ -11,6 +11,7 @@ import duckdb
 from pipelines.contracts import load_task
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.lib.dbt import DBT_PROJECT_DIR
+from tests.pipelines.killing import lock_holder
 
 
 def test_dbt_build_empty_runs_unit_tests_and_checks(tmp_path):
@@ -86,15 +87,6 @@ def test_a_new_date_window_compiles_into_the_sql_without_reparsing(tmp_path):
     assert "flight_date < cast('2013-02-05' as date)" in compiled
 
 
-# Holds a DuckDB file's write lock until killed, as another writer of the warehouse would.
-LOCK_HOLDER = """
-import sys, time, duckdb
-con = duckdb.connect(sys.argv[1])
-print("locked", flush=True)
-time.sleep(600)
-"""
-
-
 def test_dbt_in_process_releases_the_warehouse_and_reports_a_lock_it_met(tmp_path, monkeypatch):
     from pipelines.lib.dbt import FlywheelDbtCliResource, InProcessDbt, dbt_executable
 
@@ -114,14 +106,7 @@ def test_dbt_in_process_releases_the_warehouse_and_reports_a_lock_it_met(tmp_pat
     other = "import duckdb, sys; duckdb.connect(sys.argv[1]).close()"
     subprocess.run([sys.executable, "-c", other, str(warehouse)], check=True)
 
-    holder = subprocess.Popen(
-        [sys.executable, "-c", LOCK_HOLDER, str(warehouse)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout.readline() == "locked\n"
+    with lock_holder(warehouse):
         blocked = dbt.cli(["run", "--select", "stg_landing__flights"], raise_on_error=False)
         assert not blocked.is_successful()
         assert "lock" in str(blocked.get_error()).lower()
-    finally:
-        holder.kill()
-        holder.wait()

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -42,6 +44,30 @@ def copy_world(source: Path, target: Path) -> dict[str, str]:
         "FLYWHEEL_DVC_REPO": str(target / "checkout" / "data"),
         "DAGSTER_HOME": str(target / "dagster"),
     }
+
+
+# Holds a DuckDB file's write lock until killed, as dbt mid-build or another writer does.
+LOCK_HOLDER = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+@contextmanager
+def lock_holder(database: Path) -> Iterator[subprocess.Popen]:
+    """A subprocess holding `database`'s write lock (taken before this yields) until it ends."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(database)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
 
 
 def kill_at_step(

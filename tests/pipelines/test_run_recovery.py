@@ -26,7 +26,7 @@ from pipelines.lib.runs import (
     retry_tags,
     wait_for_pools,
 )
-from tests.pipelines.killing import DAGSTER_YAML
+from tests.pipelines.killing import DAGSTER_YAML, lock_holder
 
 
 @pytest.fixture
@@ -114,22 +114,9 @@ def test_waiting_for_a_slot_held_by_a_dead_run_frees_it(instance) -> None:
     assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
 
 
-# A subprocess that holds a DuckDB file's write lock until it is killed, as dbt does mid-build.
-LOCK_HOLDER = """
-import sys, time, duckdb
-con = duckdb.connect(sys.argv[1])
-print("locked", flush=True)
-time.sleep(600)
-"""
-
-
 def test_the_subprocess_a_dead_run_left_holding_the_warehouse_is_ended(instance, tmp_path):
     database = tmp_path / "warehouse.duckdb"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", LOCK_HOLDER, str(database)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout.readline() == "locked\n"
+    with lock_holder(database) as holder:
         with pytest.raises(duckdb.IOException, match="lock"):
             duckdb.connect(str(database))
         dead = started_run(instance, ended_process_tags())
@@ -139,9 +126,6 @@ def test_the_subprocess_a_dead_run_left_holding_the_warehouse_is_ended(instance,
         assert f"its subprocesses [{holder.pid}] ended" in event.message
         assert not psutil.pid_exists(holder.pid)  # killed and reaped before the run was failed
         duckdb.connect(str(database)).close()  # the lock went with the subprocess
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_subprocess_of_a_live_run_is_left_alone(instance) -> None:
