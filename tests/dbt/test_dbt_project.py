@@ -87,6 +87,57 @@ def test_a_new_date_window_compiles_into_the_sql_without_reparsing(tmp_path):
     assert "flight_date < cast('2013-02-05' as date)" in compiled
 
 
+def dbt_command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [Path(sys.executable).with_name("dbt"), *args, "--profiles-dir", "."],
+        cwd=DBT_PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_daily_checks_test_the_window_and_name_each_broken_condition(tmp_path):
+    warehouse = tmp_path / "warehouse.duckdb"
+    # A raw flight row of 2013-01-<day> (the contract's columns, then landing day and lineage).
+    day_ = "2013-01-{day:02d}"
+    flight = (
+        "(2013, 1, {day}, 1200, 1500, 'UA', 1545, 'N14228', 'EWR', 'IAH', 1400.0, {hour}, 0, "
+        f"timestamp '{day_} 17:00:00', date '{day_}', 'flights/{day_}.csv', 1, "
+        f"timestamp '{day_} 23:00:00')"
+    )
+    with duckdb.connect(str(warehouse)) as con:
+        ensure_raw_tables(con, load_task())
+        good = flight.format(day=1, hour=12)
+        bad = flight.format(day=2, hour=25)  # a local hour no clock shows
+        con.execute(f"insert into raw.flights values {good}, {bad}")
+    target = tmp_path / "target"
+    env = os.environ | {
+        "FLYWHEEL_WAREHOUSE_PATH": str(warehouse),
+        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+        "DBT_TARGET_PATH": str(target),
+        "DBT_LOG_PATH": str(tmp_path / "logs"),
+    }
+    view = dbt_command(env, "run", "--select", "stg_landing__flights")
+    assert view.returncode == 0, view.stdout[-3000:]
+    checks = ("test", "--select", "stg_landing__flights_rows_valid")
+    day_one = {"FLYWHEEL_MIN_DATE": "2013-01-01", "FLYWHEEL_MAX_DATE": "2013-01-02"}
+    # The first day's run checks its own rows only: the second day's bad row is not its failure.
+    out = dbt_command(env | day_one, *checks)
+    assert out.returncode == 0, out.stdout[-3000:]
+    day_two = {"FLYWHEEL_MIN_DATE": "2013-01-02", "FLYWHEEL_MAX_DATE": "2013-01-03"}
+    for window in (day_two, {}):  # the second day's run, and a run over every day
+        out = dbt_command(env | window, *checks)
+        assert out.returncode == 1, out.stdout[-3000:]
+        assert "Failure in test stg_landing__flights_rows_valid" in out.stdout
+    # The failing rows name the broken condition and how many rows break it.
+    compiled = next((target / "compiled").rglob("stg_landing__flights_rows_valid.sql"))
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        failures = con.execute(compiled.read_text()).fetchall()
+    assert failures == [("range(scheduled_hour: scheduled_hour >= 0 and scheduled_hour <= 23)", 1)]
+
+
 def test_dbt_in_process_releases_the_warehouse_and_reports_a_lock_it_met(tmp_path, monkeypatch):
     from pipelines.lib.dbt import FlywheelDbtCliResource, InProcessDbt, dbt_executable
 
