@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from datetime import date, timedelta
 from pathlib import Path
@@ -13,7 +12,7 @@ from tqdm import tqdm
 from pipelines.contracts import load_task
 from pipelines.resources import ENVIRONMENTS, flywheel_home, landing_zone
 from sim.clock import read_clock, write_clock
-from sim.console import log_path, output_to_log
+from sim.console import log_path, output_to_log, say
 from sim.drift import PlantedDrift, parse_drift
 from sim.executor import RunFailedError
 from sim.main_job import RunOptions, UsageError, days_to_play, run
@@ -127,15 +126,16 @@ def run_logged(days: int, start: date | None, options: RunOptions) -> int:
     """The main job with one line a day on the terminal and every library's output in a log
     file; a failed run prints its failing steps' errors and the log's path, and exits 1."""
     log = log_path(flywheel_home())
-    print(f"logs (Dagster, dbt, training): {log}", flush=True)
-    try:
-        with output_to_log(log):
+    say(f"logs (Dagster, dbt, training): {log}")
+    # The command ends the process: what libraries print while it shuts down goes to the log too.
+    with output_to_log(log, restore=False):
+        try:
             return run(days, start, options)
-    except RunFailedError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    finally:
-        print(f"logs: {log}", flush=True)
+        except RunFailedError as e:
+            say(f"error: {e}", error=True)
+            return 1
+        finally:
+            say(f"logs: {log}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

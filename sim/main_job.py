@@ -10,6 +10,7 @@ from pathlib import Path
 from pipelines.contracts import load_task
 from pipelines.resources import flywheel_home, label_store, landing_zone
 from sim.clock import read_clock, read_progress, write_clock, write_progress
+from sim.console import say
 from sim.drift import PlantedDrift
 from sim.replay import day_bounds, land_days
 
@@ -28,12 +29,12 @@ def days_to_play(days: int, start: date | None) -> list[date]:
     if start is None:
         start = clock + timedelta(days=1) if clock else first
         if start > last:
-            print(f"the simulation already reached the task's last day {last}: nothing to land")
+            say(f"the simulation already reached the task's last day {last}: nothing to land")
             return []
     end = start + timedelta(days=days - 1)
     if end > last:
         end = last
-        print(f"clamped to the task's last day {last}: landing {(end - start).days + 1} days")
+        say(f"clamped to the task's last day {last}: landing {(end - start).days + 1} days")
     return [start + timedelta(days=i) for i in range((end - start).days + 1)]
 
 
@@ -118,7 +119,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
         return 0
     todo = [day for day in span if played is None or day > played]
     if len(todo) < len(span):
-        print(f"resuming after {played}, the last day played: {len(todo)} of {len(span)} to play")
+        say(f"resuming after {played}, the last day played: {len(todo)} of {len(span)} to play")
     began, zone, task = time.monotonic(), landing_zone(), load_task()
     annotators = LabelingService(label_store(), latency_days=1)
     tracker = defs.resources["tracker"]
@@ -151,18 +152,16 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 driver.retraining, production_start = True, day + timedelta(days=1)
             write_progress(home, day, production_start)
             elapsed = time.monotonic() - began
-            print(
-                f"[{i + 1}/{len(span)} {elapsed:.0f}s] {day}: {_describe(tick, driver)}", flush=True
-            )
+            say(f"[{i + 1}/{len(span)} {elapsed:.0f}s] {day}: {_describe(tick, driver)}")
         registered = versions(tracker, name)
         if not registered or production_start is None or production_start > span[-1]:
-            print(
+            say(
                 f"no production period to report: the first model trains after "
                 f"{options.bootstrap_days} days (--bootstrap-days); run more days"
             )
             return 0
         if champion(tracker, name) is None:
-            print(
+            say(
                 f"no production period to report: none of the {len(registered)} models trained "
                 "passed the promotion gate, so nothing was scored (raise --trials or "
                 "--max-epochs, or run more days)"
@@ -186,7 +185,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             options.report_dir or home / "report",
             header,
         )
-    print(report.markdown.read_text())
-    print(f"report: {report.markdown} and {report.plot}")
-    print("see the runs and assets: make dev (Dagster UI at http://127.0.0.1:3000)")
+    say(report.markdown.read_text())
+    say(f"report: {report.markdown} and {report.plot}")
+    say("see the runs and assets: make dev (Dagster UI at http://127.0.0.1:3000)")
     return 0

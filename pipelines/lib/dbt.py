@@ -93,7 +93,8 @@ def _environment_bin_folders() -> set[Path]:
 class InProcessDbt:
     """A dbt command run to its end in this process, as the finished `subprocess.Popen` of the
     dbt CLI that DbtCliInvocation reads: `args`, `returncode`, and `stdout` holding the JSON log
-    lines the CLI would print (every event; an exception dbt raised becomes an error line)."""
+    lines the CLI would print (info level and above; an exception dbt raised becomes an error
+    line)."""
 
     pid = None  # nothing outlives the run's process
 
@@ -103,15 +104,21 @@ class InProcessDbt:
 
         self.args = list(args)
         lines: list[bytes] = []
+
+        def keep(event: Any) -> None:
+            # What the CLI prints at its default log level: its debug events go to dbt.log only
+            # (dagster-dbt echoes every line it reads to standard output).
+            message = msg_to_dict(event)
+            if message["info"]["level"] != "debug":
+                lines.append(_json(message))
+
         # The environment is the command's (the date window, the target folder); the console log
         # is off: the events go to Dagster, and dbt.log in the target folder has them all.
         quiet = {"DBT_LOG_LEVEL": "none", "DBT_LOG_LEVEL_FILE": "debug"}
         with _environ_lock, _environ({**env, **quiet}), _cwd(cwd):
             try:
                 manifest = _manifest(self.args[1:])
-                result = dbtRunner(
-                    manifest=manifest, callbacks=[lambda e: lines.append(_json(msg_to_dict(e)))]
-                ).invoke(self.args[1:])
+                result = dbtRunner(manifest=manifest, callbacks=[keep]).invoke(self.args[1:])
             finally:
                 _release_connections()
         if result.exception is not None:

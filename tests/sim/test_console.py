@@ -11,9 +11,11 @@ REPO = Path(__file__).resolve().parents[2]
 LIBRARY_NOISE = """
 import logging, os, sys, warnings
 from pathlib import Path
-from sim.console import output_to_log
+from sim.console import output_to_log, say
 with output_to_log(Path(sys.argv[1])):
-    print("day 1 done")
+    say("day 1 done")
+    print("a library printing")
+    sys.stdout.write("a library writing to sys.stdout\\n")
     logging.getLogger("dagster").error("a DEBUG event of a run")
     warnings.warn("a library's warning")
     os.write(1, b"a subprocess's stdout\\n")
@@ -35,18 +37,24 @@ def test_only_the_main_jobs_lines_reach_the_terminal(tmp_path) -> None:
     assert done.stdout == "day 1 done\nafter\n"
     assert done.stderr == ""
     written = log.read_text()
-    for line in ("a DEBUG event of a run", "a library's warning", "a subprocess's stdout"):
+    for line in ("a library printing", "a library writing to sys.stdout", "a DEBUG event of a run"):
+        assert line in written
+    for line in ("a library's warning", "a subprocess's stdout"):
         assert line in written
     assert "a subprocess's stderr" in written and "a progress bar" in written
     assert "day 1 done" not in written
 
 
 FAILING_RUN = """
-import sys
+import atexit, os, sys
 import sim.cli
+# What a library prints while the interpreter shuts down (e.g. a binding's leak report).
+atexit.register(lambda: os.write(2, b"teardown noise\\n"))
 from sim.executor import RunFailedError
+from sim.console import say
 def run(days, start, options):
-    print("[1/2 3s] 2013-01-01: daily_warehouse 3s")
+    say("[1/2 3s] 2013-01-01: daily_warehouse 3s")
+    print("a library's line")
     print("dbt chatter", file=sys.stderr)
     raise RunFailedError("run abc of daily_warehouse_job (partition 2013-01-02) failed\\n"
                          "step daily_dbt_models:\\n  Database Error: boom")
@@ -72,4 +80,6 @@ def test_a_failed_run_prints_its_error_once_and_the_log_then_exits_1(tmp_path) -
     ]
     assert done.stderr.count("Database Error: boom") == 1
     assert done.stderr.startswith("error: run abc of daily_warehouse_job (partition 2013-01-02)")
-    assert "dbt chatter" in log.read_text()
+    written = log.read_text()
+    assert "dbt chatter" in written and "a library's line" in written
+    assert "teardown noise" in written
