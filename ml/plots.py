@@ -80,14 +80,37 @@ def slice_figure(slices_frame: pd.DataFrame, metric: str = "auroc") -> bytes:
 
 
 def weekly_auc_figure(weekly: pd.DataFrame) -> bytes:
-    """AUROC per week, one line per model (columns: week, model, auroc)."""
-    fig, ax = _figure(width=8)
+    """AUROC per week, one line per model (columns: week, model, auroc); a span of more than
+    three months gets one tick per month, a shorter one a tick per week."""
+    return _png(weekly_auc_plot(weekly))
+
+
+def weekly_auc_plot(weekly: pd.DataFrame) -> Figure:
+    """The figure of `weekly_auc_figure`."""
+    from matplotlib import dates as mdates
+
+    weeks = pd.to_datetime(weekly["week"])
+    long_span = len(weekly) > 0 and (weeks.max() - weeks.min()).days > 92
+    fig, ax = _figure(width=12 if long_span else 8)
     for model, rows in weekly.sort_values("week").groupby("model", sort=True):
-        ax.plot(pd.to_datetime(rows["week"]), rows["auroc"], marker="o", label=str(model))
-    ax.set(xlabel="week", ylabel="AUROC", title="Weekly AUROC")
+        ax.plot(
+            pd.to_datetime(rows["week"]),
+            rows["auroc"],
+            marker="o",
+            markersize=3 if long_span else 6,
+            label=str(model),
+        )
+    if long_span:
+        ax.xaxis.set_major_locator(mdates.MonthLocator())
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%b %Y"))
+    else:
+        ax.xaxis.set_major_locator(mdates.WeekdayLocator(byweekday=mdates.MO))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
+    ax.set(xlabel="week (Monday)", ylabel="AUROC", title="Weekly AUROC in production")
+    ax.grid(alpha=0.3)
     ax.legend(loc="best")
     fig.autofmt_xdate()
-    return _png(fig)
+    return fig
 
 
 def _roc_curve(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ml.plots import calibration_figure, roc_figure, slice_figure, weekly_auc_figure
+from ml.plots import (
+    calibration_figure,
+    roc_figure,
+    slice_figure,
+    weekly_auc_figure,
+    weekly_auc_plot,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 RNG = np.random.default_rng(0)
@@ -48,3 +54,21 @@ FIGURES: dict[str, Callable[[], bytes]] = {
 def test_figure_is_a_png(draw: Callable[[], bytes]) -> None:
     image = draw()
     assert isinstance(image, bytes) and image.startswith(PNG) and len(image) > 1000
+
+
+def tick_labels(weekly: pd.DataFrame) -> list[str]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = weekly_auc_plot(weekly)
+    FigureCanvasAgg(fig).draw()
+    return [label.get_text() for label in fig.axes[0].get_xticklabels()]
+
+
+def test_a_year_of_weeks_is_ticked_by_month_and_a_few_weeks_by_monday() -> None:
+    weeks = pd.date_range("2013-01-07", "2013-12-30", freq="W-MON").date
+    labels = tick_labels(pd.DataFrame({"week": weeks, "model": "flywheel", "auroc": 0.7}))
+    months = pd.to_datetime(labels, format="%b %Y")
+    assert {"Feb 2013", "Jun 2013", "Dec 2013"} <= set(labels)
+    assert (months[1:] == months[:-1] + pd.DateOffset(months=1)).all()  # one tick a month
+
+    assert tick_labels(WEEKLY) == ["2024-01-01", "2024-01-08", "2024-01-15"]
