@@ -188,6 +188,8 @@ def _release_connections() -> None:
 
 @contextmanager
 def _environ(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` set in os.environ inside; the environment as it was restored after (hold
+    `_environ_lock`)."""
     previous = dict(os.environ)
     os.environ.update(values)
     try:
@@ -242,17 +244,8 @@ def date_window_env(start: date, end: date) -> Iterator[None]:
     # subprocess it starts before returning. Enter this around `dbt.cli(...)` only, not around
     # streaming its events; the lock keeps threads that start dbt from mixing windows.
     values = dict(zip(WINDOW_ENV_VARS, (start.isoformat(), end.isoformat()), strict=True))
-    with _environ_lock:
-        previous = {name: os.environ.get(name) for name in WINDOW_ENV_VARS}
-        os.environ.update(values)
-        try:
-            yield
-        finally:
-            for name, value in previous.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with _environ_lock, _environ(values):
+        yield
 
 
 # Set to keep every successful invocation's target folder (manifest, compiled SQL, debug log).

@@ -14,7 +14,9 @@ from pipelines.lib.dbt import DBT_PROJECT_DIR
 from tests.pipelines.killing import lock_holder
 
 
-def test_dbt_build_empty_runs_unit_tests_and_checks(tmp_path):
+def empty_warehouse(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A warehouse with the raw tables and nothing in them, and the environment that points dbt
+    at it (target and logs under `tmp_path`)."""
     warehouse = tmp_path / "warehouse.duckdb"
     with duckdb.connect(str(warehouse)) as con:
         ensure_raw_tables(con, load_task())
@@ -24,14 +26,24 @@ def test_dbt_build_empty_runs_unit_tests_and_checks(tmp_path):
         "DBT_TARGET_PATH": str(tmp_path / "target"),
         "DBT_LOG_PATH": str(tmp_path / "logs"),
     }
-    out = subprocess.run(
-        [Path(sys.executable).with_name("dbt"), "build", "--empty", "--profiles-dir", "."],
+    return warehouse, env
+
+
+def dbt_command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """Run the dbt command line in the project; its exit status and output."""
+    return subprocess.run(
+        [Path(sys.executable).with_name("dbt"), *args, "--profiles-dir", "."],
         cwd=DBT_PROJECT_DIR,
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def test_dbt_build_empty_runs_unit_tests_and_checks(tmp_path):
+    _, env = empty_warehouse(tmp_path)
+    out = dbt_command(env, "build", "--empty")
     assert out.returncode == 0, out.stdout[-3000:]
     assert "ERROR=0" in out.stdout
     # A unit test's result line names it `<model>::<unit test>`.
@@ -43,29 +55,14 @@ def test_dbt_build_empty_runs_unit_tests_and_checks(tmp_path):
 
 def dbt_json_events(env: dict[str, str], *args: str) -> list[dict]:
     """Run dbt in the project with JSON logs; the events it printed (asserting it succeeded)."""
-    out = subprocess.run(
-        [Path(sys.executable).with_name("dbt"), *args, "--profiles-dir", "."],
-        cwd=DBT_PROJECT_DIR,
-        env=env | {"DBT_LOG_FORMAT": "json"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = dbt_command(env | {"DBT_LOG_FORMAT": "json"}, *args)
     assert out.returncode == 0, out.stdout[-3000:]
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
 def test_a_new_date_window_compiles_into_the_sql_without_reparsing(tmp_path):
-    warehouse = tmp_path / "warehouse.duckdb"
-    with duckdb.connect(str(warehouse)) as con:
-        ensure_raw_tables(con, load_task())
+    _, env = empty_warehouse(tmp_path)
     target = tmp_path / "target"
-    env = os.environ | {
-        "FLYWHEEL_WAREHOUSE_PATH": str(warehouse),
-        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-        "DBT_TARGET_PATH": str(target),
-        "DBT_LOG_PATH": str(tmp_path / "logs"),
-    }
     compile_daily = ("compile", "--select", "tag:daily", "--target", "local")
     dbt_json_events(
         env | {"FLYWHEEL_MIN_DATE": "2013-01-01", "FLYWHEEL_MAX_DATE": "2013-01-02"}, *compile_daily
@@ -87,19 +84,8 @@ def test_a_new_date_window_compiles_into_the_sql_without_reparsing(tmp_path):
     assert "flight_date < cast('2013-02-05' as date)" in compiled
 
 
-def dbt_command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [Path(sys.executable).with_name("dbt"), *args, "--profiles-dir", "."],
-        cwd=DBT_PROJECT_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
 def test_daily_checks_test_the_window_and_name_each_broken_condition(tmp_path):
-    warehouse = tmp_path / "warehouse.duckdb"
+    warehouse, env = empty_warehouse(tmp_path)
     # A raw flight row of 2013-01-<day> (the contract's columns, then landing day and lineage).
     day_ = "2013-01-{day:02d}"
     flight = (
@@ -108,17 +94,9 @@ def test_daily_checks_test_the_window_and_name_each_broken_condition(tmp_path):
         f"timestamp '{day_} 23:00:00')"
     )
     with duckdb.connect(str(warehouse)) as con:
-        ensure_raw_tables(con, load_task())
         good = flight.format(day=1, hour=12)
         bad = flight.format(day=2, hour=25)  # a local hour no clock shows
         con.execute(f"insert into raw.flights values {good}, {bad}")
-    target = tmp_path / "target"
-    env = os.environ | {
-        "FLYWHEEL_WAREHOUSE_PATH": str(warehouse),
-        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-        "DBT_TARGET_PATH": str(target),
-        "DBT_LOG_PATH": str(tmp_path / "logs"),
-    }
     view = dbt_command(env, "run", "--select", "stg_landing__flights")
     assert view.returncode == 0, view.stdout[-3000:]
     checks = ("test", "--select", "stg_landing__flights_rows_valid")
@@ -132,7 +110,7 @@ def test_daily_checks_test_the_window_and_name_each_broken_condition(tmp_path):
         assert out.returncode == 1, out.stdout[-3000:]
         assert "Failure in test stg_landing__flights_rows_valid" in out.stdout
     # The failing rows name the broken condition and how many rows break it.
-    compiled = next((target / "compiled").rglob("stg_landing__flights_rows_valid.sql"))
+    compiled = next((tmp_path / "target" / "compiled").rglob("stg_landing__flights_rows_valid.sql"))
     with duckdb.connect(str(warehouse), read_only=True) as con:
         failures = con.execute(compiled.read_text()).fetchall()
     assert failures == [("range(scheduled_hour: scheduled_hour >= 0 and scheduled_hour <= 23)", 1)]
@@ -141,9 +119,7 @@ def test_daily_checks_test_the_window_and_name_each_broken_condition(tmp_path):
 def test_dbt_in_process_releases_the_warehouse_and_reports_a_lock_it_met(tmp_path, monkeypatch):
     from pipelines.lib.dbt import FlywheelDbtCliResource, InProcessDbt, dbt_executable
 
-    warehouse = tmp_path / "warehouse.duckdb"
-    with duckdb.connect(str(warehouse)) as con:
-        ensure_raw_tables(con, load_task())
+    warehouse, _ = empty_warehouse(tmp_path)
     monkeypatch.setenv("FLYWHEEL_WAREHOUSE_PATH", str(warehouse))
     monkeypatch.setenv("DBT_TARGET_PATH", str(tmp_path / "target"))
     dbt = FlywheelDbtCliResource(
