@@ -17,7 +17,7 @@ export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel
 export DAGSTER_HOME ?= $(FLYWHEEL_HOME)/dagster
 export DBT_SEND_ANONYMOUS_USAGE_STATS := false
 
-.PHONY: setup flywheel test test-all lint dev data-pull clean
+.PHONY: setup flywheel test test-all lint dev data-pull clean stack-up stack-down stack-status
 
 setup: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml dbt_project/target/manifest.json
 
@@ -57,8 +57,21 @@ data-pull: setup
 	cd data && ../$(VENV)/bin/dvc remote add --local --force --default flywheel $(DVC_REMOTE)
 	cd data && ../$(VENV)/bin/dvc pull
 
+# The production-shaped stack on this machine (README, Production): PostgreSQL, an S3 endpoint, an
+# MLflow server, the code location's gRPC server, the Dagster daemon and webserver, each its own
+# process. `stack-up` starts what is not running; `stack-down` stops it all and keeps the state.
+stack-up: setup
+	$(PY) -m deploy.stack up
+
+stack-down: setup
+	$(PY) -m deploy.stack down
+
+stack-status: setup
+	$(PY) -m deploy.stack status
+
 dev: setup
 	$(VENV)/bin/dagster dev -w workspace.yaml
 
 clean:
+	if test -d $(FLYWHEEL_HOME)/stack; then $(PY) -m deploy.stack down; fi
 	rm -rf $(FLYWHEEL_HOME) dbt_project/target

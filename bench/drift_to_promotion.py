@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
 from datetime import date
 from pathlib import Path
 
 import dagster as dg
+
+from pipelines.lib.datasets import init_repository
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,12 +32,7 @@ def fresh_home(home: Path) -> None:
     os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
     (home / "dagster").mkdir(parents=True)
     (home / "dagster" / "dagster.yaml").write_text((REPO / "deploy/dagster.yaml").read_text())
-    data = home / "checkout" / "data"
-    data.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q"], cwd=data.parent, check=True)
-    dvc = str(Path(sys.prefix) / "bin" / "dvc")
-    subprocess.run([dvc, "init", "--subdir", "-q"], cwd=data, check=True)
-    subprocess.run([dvc, "config", "core.analytics", "false"], cwd=data, check=True)
+    init_repository(home / "checkout" / "data")
 
 
 def figures(instance: dg.DagsterInstance, drift_day: date) -> None:

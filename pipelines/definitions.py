@@ -74,8 +74,9 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
     retraining_job = dg.define_asset_job(
         "retraining_job",
         selection=dg.AssetSelection.assets(training_dbt, *datasets, *training, *evaluation),
-        # The run's tags ask a Kubernetes run launcher for a GPU pod.
-        tags=GPU_TAGS,
+        # The run's tags ask a Kubernetes run launcher for a GPU pod, and a run queue that limits
+        # `flywheel/gpu` (deploy/dagster.stack.yaml) runs one at a time.
+        tags={**GPU_TAGS, "flywheel/gpu": "1"},
         description="Cut a dataset from the newest labels, train a challenger, evaluate it and "
         "promote it if it passes the gate.",
     )
@@ -113,6 +114,10 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         schedules=[export_schedule, retraining_schedule],
         sensors=[landing_sensor, inbox_sensor, drift_sensor, performance_sensor],
         resources=build_resources(env),
+        # A run's steps run in the run's own process (a pod on Kubernetes), one after the other:
+        # the warehouse pool runs them one at a time anyway, and a process per step would load
+        # the code location again before each (5-6 s on two cores).
+        executor=dg.in_process_executor,
     )
 
 

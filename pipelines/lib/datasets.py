@@ -103,3 +103,12 @@ def read_dvc_hash(pointer: Path) -> str:
     """The content hash DVC recorded in a `.dvc` pointer file."""
     outs = yaml.safe_load(pointer.read_text())["outs"]
     return outs[0]["md5"]
+
+
+def init_repository(data: Path) -> None:
+    """A new DVC repository in `data`: `dvc init --subdir` in a new git repository, no telemetry."""
+    data.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q"], cwd=data.parent, check=True)
+    dvc = dvc_executable()
+    subprocess.run([dvc, "init", "--subdir", "-q"], cwd=data, check=True)
+    subprocess.run([dvc, "config", "core.analytics", "false"], cwd=data, check=True)

@@ -1,0 +1,1 @@
+"""Deployment: Dagster instance settings and the production-shaped stack (`deploy.stack`)."""

@@ -1,0 +1,177 @@
+"""The stack's PostgreSQL: the distribution's server, a cluster under FLYWHEEL_HOME, on loopback.
+
+Run as root, the server's commands run as the `postgres` user (PostgreSQL refuses root), which
+then owns the cluster's folder; the password of the stack's role is in the stack's secrets.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from deploy.stack.processes import StackError
+
+PACKAGE = "postgresql"
+SERVER_USER = "postgres"
+ROLE = "flywheel"
+DATABASES = ("dagster", "mlflow", "optuna")
+
+
+def binaries() -> Path:
+    """The folder of `initdb` and `pg_ctl`: the newest /usr/lib/postgresql/<version>/bin, or PATH's;
+    installed from the distribution's packages when missing and running as root."""
+    found = _find()
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        print(f"installing {PACKAGE} from the distribution's packages (apt-get)", flush=True)
+        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", PACKAGE]):
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise StackError(f"`{' '.join(command)}` failed:\n{done.stderr[-2000:]}")
+        found = _find()
+    if found is None:
+        raise StackError(
+            "PostgreSQL's server is not installed (no initdb under /usr/lib/postgresql/*/bin or on "
+            f"PATH): install the `{PACKAGE}` package (e.g. `sudo apt-get install -y {PACKAGE}`)"
+        )
+    return found
+
+
+def _find() -> Path | None:
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=_version)
+    if versions:
+        return versions[-1].parent
+    on_path = shutil.which("initdb")
+    return Path(on_path).parent if on_path else None
+
+
+def _version(initdb: Path) -> int:
+    name = initdb.parent.parent.name
+    return int(name) if name.isdigit() else 0
+
+
+def _as_server_user(command: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return command
+    return ["runuser", "-u", SERVER_USER, "--", *command]
+
+
+def _run(command: list[str], what: str) -> None:
+    done = subprocess.run(_as_server_user(command), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise StackError(f"{what} failed (`{' '.join(command)}`):\n{done.stdout}{done.stderr}")
+
+
+def _give_to_server_user(folder: Path) -> None:
+    """Make `folder` the server user's, and every folder above it passable to that user."""
+    if os.geteuid() != 0:
+        return
+    shutil.chown(folder, SERVER_USER, SERVER_USER)
+    for parent in folder.parents:
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            raise StackError(
+                f"PostgreSQL runs as user {SERVER_USER!r}, which cannot enter {parent} (mode "
+                f"{oct(mode & 0o777)}): put FLYWHEEL_HOME where that user can reach it, or "
+                f"`chmod o+x {parent}`"
+            )
+
+
+def init_cluster(data: Path, password: str) -> bool:
+    """Initialise a cluster in `data` (if there is none) with the stack's role; whether it did.
+
+    initdb writes into a sibling folder renamed to `data` once complete, so a killed initdb
+    leaves no half-made cluster behind.
+    """
+    if (data / "PG_VERSION").exists():
+        return False
+    bin_dir = binaries()
+    partial = data.with_name(f".{data.name}.initdb")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    _give_to_server_user(partial)
+    secret = partial.with_name(f".{data.name}.password")
+    secret.touch(mode=0o600)
+    secret.write_text(password)
+    if os.geteuid() == 0:
+        shutil.chown(secret, SERVER_USER, SERVER_USER)
+    try:
+        _run(
+            [
+                *[str(bin_dir / "initdb"), "-D", str(partial), "-U", ROLE, f"--pwfile={secret}"],
+                *["--auth-host=scram-sha-256", "--auth-local=scram-sha-256"],
+                *["--encoding=UTF8", "--locale=C"],
+            ],
+            "initdb",
+        )
+    finally:
+        secret.unlink(missing_ok=True)
+    partial.rename(data)
+    return True
+
+
+def start(data: Path, port: int, log: Path) -> None:
+    """Start the cluster on 127.0.0.1:`port` (TCP only), waiting until it accepts connections."""
+    bin_dir = binaries()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0 and not log.exists():
+        log.touch()
+        shutil.chown(log, SERVER_USER, SERVER_USER)
+    options = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories=''"
+    _run(
+        [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w", "start"],
+        f"starting PostgreSQL (its log: {log})",
+    )
+
+
+def running(data: Path) -> bool:
+    """Whether the cluster in `data` has a live server."""
+    bin_dir = binaries()
+    done = subprocess.run(
+        _as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data), "status"]),
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def stop(data: Path) -> bool:
+    """Stop the cluster's server (fast shutdown: sessions are ended, nothing is lost)."""
+    if not (data / "PG_VERSION").exists() or not running(data):
+        return False
+    _run([str(binaries() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], "pg_ctl stop")
+    return True
+
+
+def create_databases(url: str) -> None:
+    """Create the stack's databases that do not exist yet, through the role's connection."""
+    import psycopg2
+
+    connection = psycopg2.connect(_libpq(url))
+    connection.autocommit = True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("select datname from pg_database")
+            present = {row[0] for row in cursor.fetchall()}
+            for name in DATABASES:
+                if name not in present:
+                    cursor.execute(f'create database "{name}"')
+    finally:
+        connection.close()
+
+
+def accepts(url: str) -> bool:
+    """Whether the server at `url` (no database) accepts the role's connection."""
+    import psycopg2
+
+    try:
+        psycopg2.connect(_libpq(url), connect_timeout=2).close()
+    except psycopg2.OperationalError:
+        return False
+    return True
+
+
+def _libpq(url: str) -> str:
+    """The SQLAlchemy URL `url` (no database) as libpq's, to the `postgres` database."""
+    return url.replace("postgresql+psycopg2://", "postgresql://", 1) + "/postgres"

@@ -1,0 +1,257 @@
+"""The production-shaped stack on one machine: every service a separate process on 127.0.0.1.
+
+PostgreSQL (Dagster's storage, MLflow's backend store, Optuna's studies), an S3-compatible
+endpoint (moto's server: landing zone, labeling, DVC remote, MLflow's artifacts), an MLflow
+tracking server, the code location as a gRPC server, the Dagster daemon and the webserver.
+Everything lives under `$FLYWHEEL_HOME/stack`: `up` starts what is not running and is
+idempotent; `down` stops the processes and keeps the state, so `up` again resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploy.stack import postgres, s3
+from deploy.stack.processes import ProcessTable, Service, free_port, http_ok
+
+REPO = Path(__file__).resolve().parents[2]
+BUCKET = "flywheel"
+PORTS = ("postgres", "s3", "mlflow", "code_server", "webserver")
+# Started in this order, stopped in the reverse one.
+SERVICES = ("s3", "mlflow", "code_server", "daemon", "webserver")
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The stack whose state is under `root` (`$FLYWHEEL_HOME/stack`)."""
+
+    root: Path
+
+    @classmethod
+    def of_home(cls, home: Path) -> Stack:
+        return cls(home / "stack")
+
+    @property
+    def processes(self) -> ProcessTable:
+        return ProcessTable(self.root)
+
+    @property
+    def pg_data(self) -> Path:
+        return self.root / "postgres"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.root / "dagster"
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace.yaml"
+
+    @property
+    def env_file(self) -> Path:
+        return self.root / "stack.env"
+
+    def settings(self) -> dict:
+        """Ports and secrets, chosen once and kept (`stack.json`, readable by its owner only)."""
+        path = self.root / "stack.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        self.root.mkdir(parents=True, exist_ok=True)
+        chosen = {
+            "ports": {name: free_port() for name in PORTS},
+            "postgres_password": secrets.token_urlsafe(18),
+            "s3_secret": secrets.token_urlsafe(18),
+        }
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(chosen, indent=2))
+        return chosen
+
+    def environment(self) -> dict[str, str]:
+        """The `FLYWHEEL_ENV=prod` settings that point at this stack, given to every process."""
+        chosen = self.settings()
+        ports, pg = chosen["ports"], self.postgres_url()
+        endpoint = f"http://127.0.0.1:{ports['s3']}"
+        return {
+            "FLYWHEEL_ENV": "prod",
+            "FLYWHEEL_HOME": str(self.root.parent),
+            "DAGSTER_HOME": str(self.dagster_home),
+            "DAGSTER_PG_HOST": "127.0.0.1",
+            "DAGSTER_PG_PORT": str(ports["postgres"]),
+            "DAGSTER_PG_USER": postgres.ROLE,
+            "DAGSTER_PG_PASSWORD": chosen["postgres_password"],
+            "DAGSTER_PG_DB": "dagster",
+            "AWS_ACCESS_KEY_ID": "flywheel",
+            "AWS_SECRET_ACCESS_KEY": chosen["s3_secret"],
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "FLYWHEEL_S3_ENDPOINT_URL": endpoint,
+            "MLFLOW_S3_ENDPOINT_URL": endpoint,
+            "FLYWHEEL_LANDING_BUCKET": BUCKET,
+            "FLYWHEEL_DVC_REMOTE": f"s3://{BUCKET}/dvc",
+            "FLYWHEEL_DVC_REPO": str(self.root / "checkout" / "data"),
+            "FLYWHEEL_WAREHOUSE_PATH": str(self.root / "warehouse.duckdb"),
+            "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{ports['mlflow']}",
+            "FLYWHEEL_OPTUNA_STORAGE": f"{pg}/optuna",
+            "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+        }
+
+    def postgres_url(self) -> str:
+        """The stack role's URL of the server, without a database."""
+        chosen = self.settings()
+        password, port = chosen["postgres_password"], chosen["ports"]["postgres"]
+        # psycopg2 (dagster-postgres's driver) for every client; SQLAlchemy 2.1 defaults to 3.
+        return f"postgresql+psycopg2://{postgres.ROLE}:{password}@127.0.0.1:{port}"
+
+    def write_files(self) -> None:
+        """The stack's Dagster instance, workspace, environment file and dataset repository."""
+        env = self.environment()
+        self.dagster_home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / "deploy" / "dagster.stack.yaml", self.dagster_home / "dagster.yaml")
+        port = self.settings()["ports"]["code_server"]
+        self.workspace.write_text(
+            "# The code location of the stack, served by `dagster code-server start`.\n"
+            "load_from:\n  - grpc_server:\n      host: 127.0.0.1\n"
+            f"      port: {port}\n      location_name: flywheel\n"
+        )
+        self.env_file.touch(mode=0o600)
+        self.env_file.write_text("".join(f"{key}={value}\n" for key, value in env.items()))
+        checkout = Path(env["FLYWHEEL_DVC_REPO"])
+        if not (checkout / ".dvc").exists():
+            from pipelines.lib.datasets import init_repository
+
+            init_repository(checkout)
+
+    def services(self) -> dict[str, Service]:
+        """The stack's processes after PostgreSQL, by name."""
+        env, bin_dir = self.environment(), Path(sys.executable).parent
+        ports = self.settings()["ports"]
+        dagster = [str(bin_dir / "dagster")]
+        return {
+            "s3": Service(
+                "s3",
+                [str(bin_dir / "moto_server"), "-H", "127.0.0.1", "-p", str(ports["s3"])],
+                lambda: http_ok(f"{env['FLYWHEEL_S3_ENDPOINT_URL']}/moto-api/"),
+            ),
+            "mlflow": Service(
+                "mlflow",
+                [
+                    *[str(bin_dir / "mlflow"), "server", "--host", "127.0.0.1"],
+                    *["--port", str(ports["mlflow"]), "--workers", "1"],
+                    *["--artifacts-destination", f"s3://{BUCKET}/mlflow"],
+                ],
+                lambda: http_ok(f"{env['MLFLOW_TRACKING_URI']}/health"),
+                # The backend store's URL holds the password: environment, not command line.
+                env={"MLFLOW_BACKEND_STORE_URI": f"{self.postgres_url()}/mlflow"},
+            ),
+            "code_server": Service(
+                "code_server",
+                [
+                    *dagster,
+                    *["code-server", "start", "-m", "pipelines.definitions", "-a", "defs"],
+                    *["-h", "127.0.0.1", "-p", str(ports["code_server"])],
+                    *["--location-name", "flywheel"],
+                ],
+                lambda: code_server_ready(ports["code_server"]),
+            ),
+            "daemon": Service(
+                "daemon",
+                [str(bin_dir / "dagster-daemon"), "run", "-w", str(self.workspace)],
+                lambda: daemon_ready(self),
+            ),
+            "webserver": Service(
+                "webserver",
+                [
+                    *[str(bin_dir / "dagster-webserver"), "-w", str(self.workspace)],
+                    *["-h", "127.0.0.1", "-p", str(ports["webserver"])],
+                ],
+                lambda: http_ok(f"http://127.0.0.1:{ports['webserver']}/server_info"),
+            ),
+        }
+
+    def up(self, say: Callable[[str], None] = print, timeout_s: float = 180.0) -> None:
+        """Start every part that is not running, in order; each is ready before the next."""
+        began = time.monotonic()
+        # This process reads the stack's instance too (is the daemon beating?).
+        os.environ.update(self.environment())
+        env = dict(os.environ)
+        self.write_files()
+        ports = self.settings()["ports"]
+        if postgres.init_cluster(self.pg_data, self.settings()["postgres_password"]):
+            say(f"initialised a PostgreSQL cluster in {self.pg_data}")
+        if not postgres.running(self.pg_data):
+            postgres.start(self.pg_data, ports["postgres"], self.processes.log("postgres"))
+            say(f"postgres      127.0.0.1:{ports['postgres']}")
+        postgres.create_databases(self.postgres_url())
+        services = self.services()
+        for name in SERVICES:
+            started = self.processes.start(services[name], env, timeout_s)
+            if started:
+                say(f"{name:<13} {describe(self, name)}")
+            if started and name == "s3":
+                restored = s3.restore(self.root / "s3", env, BUCKET)
+                if restored:
+                    say(f"restored {restored} S3 objects from {self.root / 's3'}")
+        ui = describe(self, "webserver")
+        say(f"stack up in {time.monotonic() - began:.0f} s; the Dagster UI: {ui}")
+        say(f"its settings (FLYWHEEL_ENV=prod; secrets, readable by you only): {self.env_file}")
+
+    def down(self, say: Callable[[str], None] = print) -> None:
+        """Stop every process; the state stays (S3's objects are saved first)."""
+        env = {**os.environ, **self.environment()}
+        for name in self.processes.stop([n for n in SERVICES if n != "s3"]):
+            say(f"stopped {name}")
+        if self.processes.running("s3") is not None:
+            saved = s3.save(self.root / "s3", env, BUCKET)
+            say(f"saved {saved} S3 objects to {self.root / 's3'}")
+            self.processes.stop(["s3"])
+            say("stopped s3")
+        if postgres.stop(self.pg_data):
+            say("stopped postgres")
+
+    def status(self) -> dict[str, bool]:
+        """Whether each part runs."""
+        running = {"postgres": self.pg_data.exists() and postgres.running(self.pg_data)}
+        for name in SERVICES:
+            running[name] = self.processes.running(name) is not None
+        return running
+
+
+def describe(stack: Stack, name: str) -> str:
+    """Where a part listens."""
+    ports = stack.settings()["ports"]
+    if name == "daemon":
+        return "sensors, schedules, run queue, run monitoring"
+    scheme = "grpc" if name == "code_server" else "http"
+    return f"{scheme}://127.0.0.1:{ports[name]}"
+
+
+def code_server_ready(port: int) -> bool:
+    """Whether the code server answers with its loaded code location."""
+    from dagster._grpc.client import DagsterGrpcClient
+
+    try:
+        DagsterGrpcClient(port=port, host="127.0.0.1").list_repositories()
+    except Exception:  # not listening yet, or still loading: asked again
+        return False
+    return True
+
+
+def daemon_ready(stack: Stack) -> bool:
+    """Whether the daemon's sensor, schedule, run-queue and monitoring loops have all beaten."""
+    import dagster as dg
+
+    needed = {"SENSOR", "SCHEDULER", "QUEUED_RUN_COORDINATOR", "MONITORING"}
+    process = stack.processes.running("daemon")
+    if process is None:
+        return False
+    with dg.DagsterInstance.from_config(str(stack.dagster_home)) as instance:
+        beats = instance.get_daemon_heartbeats()
+    fresh = {kind for kind, beat in beats.items() if beat.timestamp >= process.create_time()}
+    return needed <= fresh
