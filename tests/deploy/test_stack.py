@@ -7,8 +7,10 @@ sensor's runs wait in the queue and each is launched as its own process.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -75,56 +77,101 @@ def home(tmp_path_factory) -> Iterator[Path]:
         stack("down", home)
 
 
-def runs(env: dict[str, str]) -> list[dict]:
-    """The stack instance's runs (job, status, tags, the pid its steps ran in), oldest first."""
-    script = """
-import json, re, dagster as dg
-out = []
-with dg.DagsterInstance.get() as instance:
-    for record in instance.get_run_records(dg.RunsFilter(), ascending=True):
-        run = record.dagster_run
-        pids = [
-            int(m.group(1))
-            for e in instance.all_logs(run.run_id)
-            if (m := re.search(r"steps in process \\(pid: (\\d+)\\)", e.user_message or ""))
-        ]
-        out.append({"job": run.job_name, "status": run.status.value, "tags": dict(run.tags),
-                    "pids": pids, "storage": type(instance.run_storage).__name__,
-                    "events": type(instance.event_log_storage).__name__})
-print(json.dumps(out))
-"""
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
-    )
-    import json
-
-    return json.loads(done.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def env(home: Path) -> Iterator[dict[str, str]]:
+    """The stack's settings, also set in this process (to read its Dagster instance)."""
+    values = stack_env(home)
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in values.items():
+            patch.setenv(key, value)
+        yield values
 
 
-def wait_for(env: dict[str, str], done, timeout_s: float) -> list[dict]:
-    """Poll the runs until `done(runs)` holds; fail naming the runs after `timeout_s`."""
+def runs() -> list[dict]:
+    """The stack instance's runs (id, job, status, tags, the pid its steps ran in), oldest first."""
+    import dagster as dg
+
+    out = []
+    with dg.DagsterInstance.get() as instance:
+        for record in instance.get_run_records(dg.RunsFilter(), ascending=True):
+            run = record.dagster_run
+            out.append(
+                {
+                    "id": run.run_id,
+                    "job": run.job_name,
+                    "status": run.status.value,
+                    "tags": dict(run.tags),
+                    "pids": run_pids(instance, run.run_id),
+                    "storage": type(instance.run_storage).__name__,
+                    "events": type(instance.event_log_storage).__name__,
+                }
+            )
+    return out
+
+
+def run_pids(instance, run_id: str) -> list[int]:
+    """The pids a run's steps ran in (from its engine events), each once."""
+    found = [
+        int(match.group(1))
+        for entry in instance.all_logs(run_id)
+        if (match := re.search(r"steps in process \(pid: (\d+)\)", entry.user_message or ""))
+    ]
+    return list(dict.fromkeys(found))
+
+
+def wait_for(
+    done, timeout_s: float, failures_ok: bool = False, before: frozenset[str] = frozenset()
+) -> list[dict]:
+    """Poll the runs until `done(runs)` holds; fail naming the runs after `timeout_s`, or at a
+    failed run not among `before` (unless `failures_ok`)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        seen = runs(env)
+        seen = runs()
         if done(seen):
             return seen
-        failed = [r for r in seen if r["status"] == "FAILURE"]
+        new = [r for r in seen if r["id"] not in before]
+        failed = [r for r in new if r["status"] == "FAILURE"] if not failures_ok else []
         assert time.monotonic() < deadline and not failed, [
             (r["job"], r["tags"].get("dagster/partition"), r["status"]) for r in seen
         ]
-        time.sleep(3)
+        time.sleep(2)
 
 
-def test_the_daemon_launches_the_landing_sensors_runs_each_in_its_own_process(home: Path):
-    env = stack_env(home)
-    landed = subprocess.run(
-        [str(BIN / "flywheel-sim"), "advance", "--days", "2", "--start", DAYS[0], "--env", "prod"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+def succeeded(day: str):
+    """Whether some run of `day` succeeded."""
+    return lambda seen: any(
+        r["tags"].get("dagster/partition") == day and r["status"] == "SUCCESS" for r in seen
     )
-    assert "into s3://flywheel/landing" in landed.stdout
+
+
+def land(env: dict[str, str], day: str, days: int = 1) -> None:
+    """Land `days` days from `day` into the stack's S3 landing zone."""
+    command = [str(BIN / "flywheel-sim"), "advance", "--days", str(days), "--start", day]
+    done = subprocess.run(
+        [*command, "--env", "prod"], env=env, capture_output=True, text=True, check=True
+    )
+    assert "into s3://flywheel/landing" in done.stdout
+
+
+def day_counts(home: Path) -> dict[str, tuple[int, int]]:
+    """Per landing day: raw flights rows, and distinct flights among them."""
+    path = str(home / "stack" / "warehouse.duckdb")
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with duckdb.connect(path, read_only=True) as con:
+                rows = con.execute(
+                    "select cast(_landing_date as varchar), count(*), count(distinct "
+                    "(carrier, flight, origin, time_hour)) from raw.flights group by 1"
+                ).fetchall()
+            return {day: (count, distinct) for day, count, distinct in rows}
+        except duckdb.IOException:  # a run (or the sensor) holds the file's lock for a moment
+            assert time.monotonic() < deadline, "the warehouse stayed locked for 60 s"
+            time.sleep(1)
+
+
+def test_the_daemon_launches_the_landing_sensors_runs_each_in_its_own_process(home, env):
+    land(env, DAYS[0], days=len(DAYS))
     workspace = str(home / "stack" / "workspace.yaml")
     subprocess.run(
         [str(BIN / "dagster"), "sensor", "start", "landing_sensor", "-w", workspace],
@@ -134,12 +181,11 @@ def test_the_daemon_launches_the_landing_sensors_runs_each_in_its_own_process(ho
     )
 
     def all_succeeded(seen: list[dict]) -> bool:
-        days = {r["tags"].get("dagster/partition") for r in seen if r["status"] == "SUCCESS"}
-        return set(DAYS) <= days and any(
+        return all(succeeded(day)(seen) for day in DAYS) and any(
             r["job"] == "reference_warehouse_job" and r["status"] == "SUCCESS" for r in seen
         )
 
-    seen = wait_for(env, all_succeeded, timeout_s=420)
+    seen = wait_for(all_succeeded, timeout_s=420)
 
     assert {r["storage"] for r in seen} == {"PostgresRunStorage"}
     assert {r["events"] for r in seen} == {"PostgresEventLogStorage"}
@@ -154,18 +200,87 @@ def test_the_daemon_launches_the_landing_sensors_runs_each_in_its_own_process(ho
     assert not set(pids) & services
 
     source = load()
-    stack("down", home)  # the warehouse file is DuckDB's: read it with nothing else open
-    with duckdb.connect(str(home / "stack" / "warehouse.duckdb"), read_only=True) as con:
-        counts = dict(
-            con.execute(
-                "select cast(_landing_date as varchar), count(*) from raw.flights group by 1"
-            ).fetchall()
-        )
-    assert counts == {day: len(source.day("flights", day)) for day in DAYS}
+    expected = {day: len(source.day("flights", day)) for day in DAYS}
+    assert day_counts(home) == {day: (n, n) for day, n in expected.items()}
 
-    # Up again: the same state (runs in Postgres, objects in S3, the sensor's cursor) resumes.
+    # Down and up again: the same state (runs in Postgres, objects in S3, the sensor's cursor).
+    stack("down", home)
     out = stack("up", home)
     assert "restored" in out
-    assert len(runs(env)) == len(seen)
-    status = stack("status", home)
-    assert "stopped" not in status, status
+    assert len(runs()) == len(seen)
+    assert "stopped" not in stack("status", home)
+
+
+def test_a_run_killed_during_its_dbt_build_is_failed_by_run_monitoring_and_retried(home, env):
+    import dagster as dg
+
+    day = "2013-01-03"
+    before = {r["id"] for r in runs()}
+    land(env, day)
+    with dg.DagsterInstance.get() as instance:
+        deadline = time.monotonic() + 300
+        while (target := _in_step(instance, "daily_dbt_models", before)) is None:
+            assert time.monotonic() < deadline, "no run of the day reached its dbt build"
+            time.sleep(0.3)
+        run_id, pid = target
+        time.sleep(1.0)  # inside the build: dbt runs in the run's process
+        os.kill(pid, signal.SIGKILL)
+
+    def retried(seen: list[dict]) -> bool:
+        return any(
+            r["tags"].get("dagster/parent_run_id") == run_id and r["status"] == "SUCCESS"
+            for r in seen
+        )
+
+    seen = wait_for(retried, timeout_s=300, failures_ok=True)
+    killed = next(r for r in seen if r["id"] == run_id)
+    assert killed["status"] == "FAILURE"  # not STARTED forever
+    assert not [r for r in seen if r["status"] in ("STARTED", "STARTING", "QUEUED")]
+    expected = len(load().day("flights", day))
+    assert day_counts(home)[day] == (expected, expected)
+
+
+def _in_step(instance, step: str, before: set[str]) -> tuple[str, int] | None:
+    """(run id, pid) of a new started run that has begun `step`, if any."""
+    import dagster as dg
+
+    started = instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+    for record in started:
+        run_id = record.dagster_run.run_id
+        if run_id in before:
+            continue
+        logs = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
+        if any(entry.step_key == step for entry in logs):
+            return run_id, run_pids(instance, run_id)[0]
+    return None
+
+
+def test_runs_queued_while_the_daemon_was_killed_are_launched_when_it_is_back(home, env):
+    day = "2013-01-04"
+    before = frozenset(r["id"] for r in runs())
+    daemon = json.loads((home / "stack" / "pids" / "daemon.json").read_text())["pid"]
+    os.kill(daemon, signal.SIGKILL)
+    assert "daemon        stopped" in stack("status", home)
+    land(env, day)
+    # An operator's run of the day (UI or command line) goes to the queue, which nobody reads.
+    launch = [str(BIN / "dagster"), "job", "launch", "-j", "daily_warehouse_job"]
+    launch += ["-w", str(home / "stack" / "workspace.yaml")]
+    launch += ["--tags", json.dumps({"dagster/partition": day})]
+    subprocess.run(launch, env=env, capture_output=True, check=True)
+    time.sleep(10)
+    of_day = [r for r in runs() if r["tags"].get("dagster/partition") == day]
+    assert [r["status"] for r in of_day] == ["QUEUED"]
+
+    stack("up", home)  # starts what is not running: the daemon
+    # The queued run and whatever the landing sensor asks for the day all succeed.
+    seen = wait_for(
+        lambda seen: (
+            all(r["status"] == "SUCCESS" for r in seen if r["tags"].get("dagster/partition") == day)
+            and succeeded(day)(seen)
+        ),
+        timeout_s=300,
+        before=before,
+    )
+    assert next(r for r in seen if r["id"] == of_day[0]["id"])["status"] == "SUCCESS"
+    expected = len(load().day("flights", day))
+    assert day_counts(home)[day] == (expected, expected)
