@@ -284,3 +284,37 @@ def test_runs_queued_while_the_daemon_was_killed_are_launched_when_it_is_back(ho
     assert next(r for r in seen if r["id"] == of_day[0]["id"])["status"] == "SUCCESS"
     expected = len(load().day("flights", day))
     assert day_counts(home)[day] == (expected, expected)
+
+
+def test_a_postgres_restart_during_a_run_loses_no_day(home, env):
+    import dagster as dg
+
+    from deploy.stack import postgres
+    from deploy.stack.stack import Stack
+
+    day = "2013-01-05"
+    stack_ = Stack.of_home(home)
+    before = frozenset(r["id"] for r in runs())
+    land(env, day)
+    with dg.DagsterInstance.get() as instance:
+        deadline = time.monotonic() + 300
+        while _in_step(instance, "daily_dbt_models", before) is None:
+            assert time.monotonic() < deadline, "no run of the day reached its dbt build"
+            time.sleep(0.3)
+    postgres.stop(stack_.pg_data)
+    time.sleep(3)
+    postgres.start(
+        stack_.pg_data, stack_.settings()["ports"]["postgres"], stack_.processes.log("postgres")
+    )
+    seen = wait_for(succeeded(day), timeout_s=300, failures_ok=True)
+    assert not [r for r in seen if r["status"] in ("STARTED", "STARTING")]
+    # The run lived through the restart, or it failed (a query cut by the restart) and its
+    # retry succeeded.
+    of_day = [r for r in seen if r["tags"].get("dagster/partition") == day]
+    first, last = of_day[0], of_day[-1]
+    assert last["status"] == "SUCCESS"
+    if first is not last:
+        assert first["status"] == "FAILURE"
+        assert last["tags"].get("dagster/parent_run_id") == first["id"]
+    expected = len(load().day("flights", day))
+    assert day_counts(home)[day] == (expected, expected)
