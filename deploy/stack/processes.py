@@ -138,6 +138,7 @@ class ProcessTable:
         psutil.wait_procs(alive, timeout=5)
         return stopped
 
+
 def tail(path: Path, lines: int = 20) -> str:
     """The last `lines` lines of a log file, indented."""
     if not path.exists():

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from pipelines.definitions import build_definitions
-from pipelines.lib.datasets import dvc_executable
+from pipelines.lib.datasets import init_repository
 from pipelines.lib.landing_zone import LocalLandingZone
 
 
@@ -106,13 +106,8 @@ def dvc_repo(tmp_path, monkeypatch) -> Path:
 def make_dvc_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Create the checkout of `dvc_repo` under `tmp_path` and point FLYWHEEL_DVC_REPO at it."""
     repo = tmp_path / "checkout"
-    (repo / "data").mkdir(parents=True)
-    git("init", "-q", cwd=repo)
+    init_repository(repo / "data")
     git("config", "user.email", "test@example.com", cwd=repo)
     git("config", "user.name", "test", cwd=repo)
-    subprocess.run([dvc_executable(), "init", "--subdir", "-q"], cwd=repo / "data", check=True)
-    subprocess.run(
-        [dvc_executable(), "config", "core.analytics", "false"], cwd=repo / "data", check=True
-    )
     monkeypatch.setenv("FLYWHEEL_DVC_REPO", str(repo / "data"))
     return repo
