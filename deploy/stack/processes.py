@@ -21,6 +21,15 @@ class StackError(RuntimeError):
     """The stack could not be started or stopped; the message says which part and why."""
 
 
+def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write `path` whole or not at all (a process killed mid-write leaves the old file)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w") as out:
+        out.write(text)
+    os.replace(partial, path)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:
@@ -94,7 +103,7 @@ class ProcessTable:
             )
         started = psutil.Process(process.pid).create_time()
         record = {"pid": process.pid, "started": started, "command": list(service.command)}
-        (self.pids / f"{service.name}.json").write_text(json.dumps(record))
+        write_atomically(self.pids / f"{service.name}.json", json.dumps(record))
         self.wait(service, process, timeout_s)
         return True
 

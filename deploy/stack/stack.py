@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy.stack import postgres, s3
-from deploy.stack.processes import ProcessTable, Service, free_port, http_ok
+from deploy.stack.processes import ProcessTable, Service, free_port, http_ok, write_atomically
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "flywheel"
@@ -70,8 +70,7 @@ class Stack:
             "postgres_password": secrets.token_urlsafe(18),
             "s3_secret": secrets.token_urlsafe(18),
         }
-        path.touch(mode=0o600)
-        path.write_text(json.dumps(chosen, indent=2))
+        write_atomically(path, json.dumps(chosen, indent=2), mode=0o600)
         return chosen
 
     def environment(self) -> dict[str, str]:
@@ -120,8 +119,8 @@ class Stack:
             "load_from:\n  - grpc_server:\n      host: 127.0.0.1\n"
             f"      port: {port}\n      location_name: flywheel\n"
         )
-        self.env_file.touch(mode=0o600)
-        self.env_file.write_text("".join(f"{key}={value}\n" for key, value in env.items()))
+        lines = "".join(f"{key}={value}\n" for key, value in env.items())
+        write_atomically(self.env_file, lines, mode=0o600)
         checkout = Path(env["FLYWHEEL_DVC_REPO"])
         if not (checkout / ".dvc").exists():
             from pipelines.lib.datasets import init_repository
