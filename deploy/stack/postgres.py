@@ -64,10 +64,10 @@ def _run(command: list[str], what: str) -> None:
 
 
 def _give_to_server_user(folder: Path) -> None:
-    """Make `folder` the server user's, and every folder above it passable to that user."""
+    """Make `folder` the server user's; StackError naming a folder above it that user cannot
+    enter."""
     if os.geteuid() != 0:
         return
-    shutil.chown(folder, SERVER_USER, SERVER_USER)
     for parent in folder.parents:
         mode = parent.stat().st_mode
         if not mode & 0o001:
@@ -76,6 +76,7 @@ def _give_to_server_user(folder: Path) -> None:
                 f"{oct(mode & 0o777)}): put FLYWHEEL_HOME where that user can reach it, or "
                 f"`chmod o+x {parent}`"
             )
+    shutil.chown(folder, SERVER_USER, SERVER_USER)
 
 
 def init_cluster(data: Path, password: str) -> bool:

@@ -1,0 +1,66 @@
+"""The stack's process table and its errors, with real short-lived processes (no services)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy.stack import postgres
+from deploy.stack.processes import ProcessTable, Service, StackError, free_port, port_open
+
+
+def service(name: str, code: str, ready=lambda: False) -> Service:
+    return Service(name, [sys.executable, "-c", code], ready)
+
+
+def test_a_service_that_exits_while_starting_is_reported_with_its_log(tmp_path: Path):
+    table = ProcessTable(tmp_path)
+    broken = service("broken", "import sys; print('bad setting: FOO'); sys.exit(3)")
+    with pytest.raises(StackError) as caught:
+        table.start(broken, dict(os.environ), timeout_s=30)
+    message = str(caught.value)
+    assert "broken exited with status 3" in message
+    assert str(tmp_path / "logs" / "broken.log") in message
+    assert "bad setting: FOO" in message
+
+
+def test_a_service_not_ready_in_time_is_stopped_by_stop_and_named(tmp_path: Path):
+    table = ProcessTable(tmp_path)
+    sleeper = service("sleeper", "import time; time.sleep(60)")
+    with pytest.raises(StackError, match="sleeper was not ready after 1 s"):
+        table.start(sleeper, dict(os.environ), timeout_s=1)
+    assert table.running("sleeper") is not None
+    assert table.stop(["sleeper"], timeout_s=10) == ["sleeper"]
+    assert table.running("sleeper") is None
+
+
+def test_start_is_idempotent_and_a_recycled_pid_is_not_the_service(tmp_path: Path):
+    table = ProcessTable(tmp_path)
+    port = free_port()
+    code = (
+        "import socket, time; s = socket.socket(); "
+        f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(60)"
+    )
+    listener = service("listener", code, ready=lambda: port_open(port))
+    assert table.start(listener, dict(os.environ), timeout_s=30) is True
+    assert table.start(listener, dict(os.environ), timeout_s=30) is False  # already running
+    record = tmp_path / "pids" / "listener.json"
+    real = json.loads(record.read_text())
+    # Same pid, another start time: a process that reused the pid is not the service.
+    record.write_text(json.dumps({**real, "started": real["started"] - 100}))
+    assert table.running("listener") is None
+    record.write_text(json.dumps(real))
+    assert table.stop(["listener"]) == ["listener"]
+    assert not port_open(port)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the cluster to another user")
+def test_a_home_the_server_user_cannot_enter_is_named(tmp_path: Path):
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    with pytest.raises(StackError, match=f"cannot enter {closed}"):
+        postgres._give_to_server_user(closed / "postgres")
