@@ -162,17 +162,6 @@ def create_databases(url: str) -> None:
         connection.close()
 
 
-def accepts(url: str) -> bool:
-    """Whether the server at `url` (no database) accepts the role's connection."""
-    import psycopg2
-
-    try:
-        psycopg2.connect(_libpq(url), connect_timeout=2).close()
-    except psycopg2.OperationalError:
-        return False
-    return True
-
-
 def _libpq(url: str) -> str:
     """The SQLAlchemy URL `url` (no database) as libpq's, to the `postgres` database."""
     return url.replace("postgresql+psycopg2://", "postgresql://", 1) + "/postgres"

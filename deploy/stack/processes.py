@@ -37,13 +37,6 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def port_open(port: int) -> bool:
-    """Whether something accepts connections on 127.0.0.1:`port`."""
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
 def http_ok(url: str) -> bool:
     """Whether `url` answers 2xx."""
     try:
@@ -87,8 +80,11 @@ class ProcessTable:
         return None
 
     def start(self, service: Service, env: Mapping[str, str], timeout_s: float) -> bool:
-        """Start `service` unless it runs; wait until it is ready. Whether it was started."""
-        if self.running(service.name) is not None:
+        """Start `service` unless it runs; either way wait until it is ready. Whether it was
+        started."""
+        running = self.running(service.name)
+        if running is not None:
+            self.wait(service, lambda: None if running.is_running() else "gone", timeout_s)
             return False
         self.pids.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -104,16 +100,19 @@ class ProcessTable:
         started = psutil.Process(process.pid).create_time()
         record = {"pid": process.pid, "started": started, "command": list(service.command)}
         write_atomically(self.pids / f"{service.name}.json", json.dumps(record))
-        self.wait(service, process, timeout_s)
+        self.wait(service, process.poll, timeout_s)
         return True
 
-    def wait(self, service: Service, process: subprocess.Popen, timeout_s: float) -> None:
-        """Until `service` is ready; StackError naming its log if it exits or times out."""
+    def wait(
+        self, service: Service, exit_status: Callable[[], int | str | None], timeout_s: float
+    ) -> None:
+        """Until `service` is ready; StackError naming its log if it exits (`exit_status()` is
+        no longer None) or is not ready in `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         while not service.ready():
-            if process.poll() is not None:
+            if (status := exit_status()) is not None:
                 raise StackError(
-                    f"{service.name} exited with status {process.returncode} while starting; "
+                    f"{service.name} exited with status {status} while starting; "
                     f"its log: {self.log(service.name)}\n{tail(self.log(service.name))}"
                 )
             if time.monotonic() > deadline:
@@ -134,11 +133,11 @@ class ProcessTable:
             (self.pids / f"{name}.json").unlink(missing_ok=True)
             if process is None:
                 continue
-            # Its group: the daemon and the code server start processes of their own.
-            group += [process, *process.children(recursive=True)]
             try:
+                # Its group: the daemon and the code server start processes of their own.
+                group += [process, *process.children(recursive=True)]
                 os.killpg(process.pid, signal.SIGTERM)
-            except ProcessLookupError:
+            except (psutil.NoSuchProcess, ProcessLookupError):  # it ended meanwhile
                 continue
             stopped.append(name)
         _, alive = psutil.wait_procs(group, timeout=timeout_s)

@@ -7,6 +7,7 @@ MinIO, which keep their own state.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -40,8 +41,6 @@ def restore(folder: Path, env: Mapping[str, str], bucket: str) -> int:
 
 def save(folder: Path, env: Mapping[str, str], bucket: str) -> int:
     """Save every object of `bucket` under `folder/bucket` (replacing what was saved); how many."""
-    import shutil
-
     client = _client(env)
     target = folder / f".{bucket}.saving"
     shutil.rmtree(target, ignore_errors=True)

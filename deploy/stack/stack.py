@@ -17,10 +17,18 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from deploy.stack import postgres, s3
-from deploy.stack.processes import ProcessTable, Service, free_port, http_ok, write_atomically
+from deploy.stack.processes import (
+    ProcessTable,
+    Service,
+    StackError,
+    free_port,
+    http_ok,
+    write_atomically,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "flywheel"
@@ -59,6 +67,7 @@ class Stack:
     def env_file(self) -> Path:
         return self.root / "stack.env"
 
+    @cached_property
     def settings(self) -> dict:
         """Ports and secrets, chosen once and kept (`stack.json`, readable by its owner only)."""
         path = self.root / "stack.json"
@@ -75,7 +84,7 @@ class Stack:
 
     def environment(self) -> dict[str, str]:
         """The `FLYWHEEL_ENV=prod` settings that point at this stack, given to every process."""
-        chosen = self.settings()
+        chosen = self.settings
         ports, pg = chosen["ports"], self.postgres_url()
         endpoint = f"http://127.0.0.1:{ports['s3']}"
         return {
@@ -103,7 +112,7 @@ class Stack:
 
     def postgres_url(self) -> str:
         """The stack role's URL of the server, without a database."""
-        chosen = self.settings()
+        chosen = self.settings
         password, port = chosen["postgres_password"], chosen["ports"]["postgres"]
         # psycopg2 (dagster-postgres's driver) for every client; SQLAlchemy 2.1 defaults to 3.
         return f"postgresql+psycopg2://{postgres.ROLE}:{password}@127.0.0.1:{port}"
@@ -113,7 +122,7 @@ class Stack:
         env = self.environment()
         self.dagster_home.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / "deploy" / "dagster.stack.yaml", self.dagster_home / "dagster.yaml")
-        port = self.settings()["ports"]["code_server"]
+        port = self.settings["ports"]["code_server"]
         self.workspace.write_text(
             "# The code location of the stack, served by `dagster code-server start`.\n"
             "load_from:\n  - grpc_server:\n      host: 127.0.0.1\n"
@@ -130,7 +139,7 @@ class Stack:
     def services(self) -> dict[str, Service]:
         """The stack's processes after PostgreSQL, by name."""
         env, bin_dir = self.environment(), Path(sys.executable).parent
-        ports = self.settings()["ports"]
+        ports = self.settings["ports"]
         dagster = [str(bin_dir / "dagster")]
         return {
             "s3": Service(
@@ -181,8 +190,8 @@ class Stack:
         os.environ.update(self.environment())
         env = dict(os.environ)
         self.write_files()
-        ports = self.settings()["ports"]
-        if postgres.init_cluster(self.pg_data, self.settings()["postgres_password"]):
+        ports = self.settings["ports"]
+        if postgres.init_cluster(self.pg_data, self.settings["postgres_password"]):
             say(f"initialised a PostgreSQL cluster in {self.pg_data}")
         if not postgres.running(self.pg_data):
             postgres.start(self.pg_data, ports["postgres"], self.processes.log("postgres"))
@@ -224,7 +233,7 @@ class Stack:
 
 def describe(stack: Stack, name: str) -> str:
     """Where a part listens."""
-    ports = stack.settings()["ports"]
+    ports = stack.settings["ports"]
     if name == "daemon":
         return "sensors, schedules, run queue, run monitoring"
     scheme = "grpc" if name == "code_server" else "http"
@@ -232,13 +241,18 @@ def describe(stack: Stack, name: str) -> str:
 
 
 def code_server_ready(port: int) -> bool:
-    """Whether the code server answers with its loaded code location."""
+    """Whether the code server answers with its loaded code location; StackError with the
+    location's error if it could not load it."""
+    from dagster._api.list_repositories import sync_list_repositories_grpc
+    from dagster._core.errors import DagsterUserCodeProcessError, DagsterUserCodeUnreachableError
     from dagster._grpc.client import DagsterGrpcClient
 
     try:
-        DagsterGrpcClient(port=port, host="127.0.0.1").list_repositories()
-    except Exception:  # not listening yet, or still loading: asked again
+        sync_list_repositories_grpc(DagsterGrpcClient(port=port, host="127.0.0.1"))
+    except DagsterUserCodeUnreachableError:  # not listening yet: it is still loading
         return False
+    except DagsterUserCodeProcessError as error:
+        raise StackError(f"the code location could not be loaded:\n{error}") from error
     return True
 
 

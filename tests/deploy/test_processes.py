@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from deploy.stack import postgres
-from deploy.stack.processes import ProcessTable, Service, StackError, free_port, port_open
+from deploy.stack.processes import ProcessTable, Service, StackError, free_port
+from deploy.stack.stack import code_server_ready
+
+
+def port_open(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:`port`."""
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def service(name: str, code: str, ready=lambda: False) -> Service:
@@ -64,3 +75,23 @@ def test_a_home_the_server_user_cannot_enter_is_named(tmp_path: Path):
     closed.mkdir(mode=0o700)
     with pytest.raises(StackError, match=f"cannot enter {closed}"):
         postgres._give_to_server_user(closed / "postgres")
+
+
+def test_a_code_location_that_cannot_load_is_an_error_not_a_ready_code_server():
+    port = free_port()
+    dagster = str(Path(sys.executable).parent / "dagster")
+    command = [dagster, "code-server", "start", "-m", "no_such_module"]
+    server = subprocess.Popen(
+        [*command, "-h", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        with pytest.raises(StackError, match=r"could not be loaded(.|\n)*no_such_module"):
+            while not code_server_ready(port):
+                assert time.monotonic() < deadline, "the code server never answered"
+                time.sleep(0.2)
+    finally:
+        server.kill()
+        server.wait()

@@ -304,7 +304,7 @@ def test_a_postgres_restart_during_a_run_loses_no_day(home, env):
     postgres.stop(stack_.pg_data)
     time.sleep(3)
     postgres.start(
-        stack_.pg_data, stack_.settings()["ports"]["postgres"], stack_.processes.log("postgres")
+        stack_.pg_data, stack_.settings["ports"]["postgres"], stack_.processes.log("postgres")
     )
     seen = wait_for(succeeded(day), timeout_s=300, failures_ok=True)
     assert not [r for r in seen if r["status"] in ("STARTED", "STARTING")]
