@@ -20,9 +20,18 @@ if TYPE_CHECKING:
 GROUP = "training"
 TRAINING_POOL = "training"
 DATASET = dg.AssetKey("training_dataset")
-# A Kubernetes run launcher or executor gives the training step's pod one GPU.
+# A Kubernetes run launcher or executor gives the training step's pod one GPU, on a node labelled
+# and tainted for GPUs (deploy/helm/README.md); other pods stay off those nodes.
 GPU_TAGS = {
-    "dagster-k8s/config": {"container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}}
+    "dagster-k8s/config": {
+        "container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        "pod_spec_config": {
+            "node_selector": {"nvidia.com/gpu.present": "true"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        },
+    }
 }
 
 

@@ -1,0 +1,451 @@
+"""The Kubernetes deployment, checked without a cluster or Docker (deploy/helm/README.md).
+
+The instance the chart renders (deploy/dagster.prod.yaml) against Dagster's and dagster-k8s's
+own config schemas; the retraining run's pod as dagster-k8s builds it; the Helm values against
+the chart's JSON schema (deploy/helm/values.schema.json) and the Kubernetes API's models; the
+image (deploy/Dockerfile) against the stack's code server and the lock file.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+import dagster_k8s.launcher
+import jsonschema
+import kubernetes.client as k8s
+import pytest
+import yaml
+from dagster._config import process_config
+from dagster._core.errors import DagsterInvalidConfigError
+from dagster._core.instance.config import dagster_instance_config
+from dagster._core.run_coordinator import QueuedRunCoordinator
+from dagster._core.storage.dagster_run import DagsterRun
+from dagster_k8s import K8sRunLauncher
+from dagster_k8s.job import construct_dagster_k8s_job, get_user_defined_k8s_config
+from dagster_k8s.models import k8s_model_from_dict, k8s_snake_case_dict
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from deploy.stack.stack import Stack
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+HELM = DEPLOY / "helm"
+# What the chart's pods have in their environment for the names deploy/dagster.prod.yaml reads.
+INSTANCE_ENV = {
+    "DAGSTER_PG_HOST": "flywheel.cluster-example.us-east-1.rds.amazonaws.com",
+    "DAGSTER_PG_PORT": "5432",
+    "DAGSTER_PG_USER": "flywheel",
+    "DAGSTER_PG_PASSWORD": "not-a-password",
+    "DAGSTER_PG_DB": "dagster",
+    "DAGSTER_K8S_NAMESPACE": "flywheel",
+    "DAGSTER_K8S_SERVICE_ACCOUNT": "dagster",
+    "DAGSTER_HOME": "/opt/dagster/dagster_home",
+    "DAGSTER_K8S_INSTANCE_CONFIG_MAP": "dagster-instance",
+    "DAGSTER_K8S_PG_PASSWORD_SECRET": "flywheel-postgresql",
+}
+
+
+def load_yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def instance(tmp_path: Path, text: str) -> dict:
+    """The instance config `text` as Dagster validates a dagster.yaml in DAGSTER_HOME."""
+    (tmp_path / "dagster.yaml").write_text(text)
+    return dict(dagster_instance_config(str(tmp_path))[0])
+
+
+@pytest.fixture
+def prod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    for name, value in INSTANCE_ENV.items():
+        monkeypatch.setenv(name, value)
+    return instance(tmp_path, (DEPLOY / "dagster.prod.yaml").read_text())
+
+
+@pytest.fixture
+def launcher(prod: dict, monkeypatch: pytest.MonkeyPatch) -> K8sRunLauncher:
+    """The run launcher the prod instance builds, minus the in-cluster Kubernetes credentials."""
+    monkeypatch.setattr(dagster_k8s.launcher, "load_kubernetes_config", lambda **_: None)
+    config = process_config(K8sRunLauncher.config_type(), prod["run_launcher"]["config"])
+    assert config.success, config.errors
+    return K8sRunLauncher.from_config_value(None, config.value)
+
+
+# (a) the instance
+
+
+def test_prod_instance_is_valid_for_dagster_and_dagster_k8s(prod: dict, launcher):
+    assert prod["run_launcher"]["class"] == "K8sRunLauncher"
+    assert launcher.instance_config_map == INSTANCE_ENV["DAGSTER_K8S_INSTANCE_CONFIG_MAP"]
+    assert launcher.env_config_maps == ["flywheel-env"]
+    assert launcher.env_secrets == ["flywheel-secrets"]
+    coordinator = prod["run_coordinator"]
+    assert coordinator["class"] == "QueuedRunCoordinator"
+    assert process_config(QueuedRunCoordinator.config_type(), coordinator["config"]).success
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("    instance_config_map: {env: DAGSTER_K8S_INSTANCE_CONFIG_MAP}\n", ""),
+        ("  max_retries: 1\n", "  max_retries: one\n"),
+        ("    dequeue_interval_seconds: 2\n", "    max_concurrent_runs: 4\n"),
+    ],
+    ids=["launcher-without-instance-configmap", "retries-not-a-number", "limits-in-two-places"],
+)
+def test_instance_checks_reject_a_broken_instance(tmp_path, monkeypatch, old, new):
+    for name, value in INSTANCE_ENV.items():
+        monkeypatch.setenv(name, value)
+    text = (DEPLOY / "dagster.prod.yaml").read_text()
+    assert old in text
+    with pytest.raises(DagsterInvalidConfigError):
+        config = instance(tmp_path, text.replace(old, new))
+        launcher = process_config(K8sRunLauncher.config_type(), config["run_launcher"]["config"])
+        if not launcher.success:
+            raise DagsterInvalidConfigError("run launcher", launcher.errors, None)
+
+
+def test_prod_instance_queues_monitors_and_retries_as_the_stack(prod: dict, tmp_path: Path):
+    stack_dir = tmp_path / "stack"
+    stack_dir.mkdir()
+    shutil.copy(DEPLOY / "dagster.stack.yaml", stack_dir / "dagster.yaml")
+    stack = dict(dagster_instance_config(str(stack_dir))[0])
+    for section in ("concurrency", "run_retries", "sensors", "schedules", "telemetry"):
+        assert prod[section] == stack[section], section
+    assert prod["run_coordinator"]["config"] == stack["run_coordinator"]["config"]
+    monitoring = dict(prod["run_monitoring"])
+    # A pod may wait for a GPU node to scale up: a longer start timeout, and no resumed runs.
+    assert (
+        monitoring.pop("start_timeout_seconds") >= stack["run_monitoring"]["start_timeout_seconds"]
+    )
+    assert monitoring.pop("max_resume_run_attempts") == 0
+    assert monitoring == {k: v for k, v in stack["run_monitoring"].items() if k in monitoring}
+    assert set(monitoring) == set(stack["run_monitoring"]) - {"start_timeout_seconds"}
+
+
+# (b) the retraining run's pod
+
+
+@pytest.fixture(scope="module")
+def run_tags(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    """Each job's run tags, from the code location as the image loads it: `prod`, with the
+    settings of deploy/helm/flywheel-env.yaml."""
+    from pipelines.definitions import build_definitions
+
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in load_yaml(HELM / "flywheel-env.yaml")["data"].items():
+            env.setenv(name, value)
+        env.setenv("FLYWHEEL_HOME", str(tmp_path_factory.mktemp("home")))
+        defs = build_definitions()
+    return {job: dict(defs.resolve_job_def(job).tags) for job in ("retraining_job", "dataset_job")}
+
+
+def run_pod(launcher: K8sRunLauncher, job: str, tags: dict[str, str]) -> k8s.V1PodSpec:
+    """The pod spec of the Kubernetes Job the launcher would create for a run with `tags`."""
+    run = DagsterRun(job_name=job, run_id="0" * 32, tags=tags)
+    context = launcher.get_container_context_for_run(run)
+    return construct_dagster_k8s_job(
+        job_config=context.get_k8s_job_config("registry.example.com/flywheel:0.1.0", launcher),
+        args=["dagster", "api", "execute_run", "{}"],
+        job_name="dagster-run-0",
+        pod_name="dagster-run-0",
+        component="run_worker",
+        user_defined_k8s_config=context.run_k8s_config,
+    ).spec.template.spec
+
+
+def test_gpu_tag_parses_with_dagster_k8s(run_tags):
+    config = get_user_defined_k8s_config(run_tags["retraining_job"])
+    assert config.container_config["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert config.pod_spec_config["node_selector"] == {"nvidia.com/gpu.present": "true"}
+    toleration = k8s_model_from_dict(k8s.V1Toleration, config.pod_spec_config["tolerations"][0])
+    assert (toleration.key, toleration.operator, toleration.effect) == (
+        "nvidia.com/gpu",
+        "Exists",
+        "NoSchedule",
+    )
+    assert run_tags["retraining_job"]["flywheel/gpu"] == "1"
+
+
+def test_retraining_pod_asks_for_a_gpu_on_a_gpu_node(launcher, run_tags):
+    pod = run_pod(launcher, "retraining_job", run_tags["retraining_job"])
+    container = pod.containers[0]
+    assert container.resources.limits == {"memory": "8Gi", "nvidia.com/gpu": "1"}
+    assert container.resources.requests == {"cpu": "1", "memory": "4Gi"}
+    assert pod.node_selector == {"nvidia.com/gpu.present": "true"}
+    assert [(t.key, t.operator, t.effect) for t in pod.tolerations] == [
+        ("nvidia.com/gpu", "Exists", "NoSchedule")
+    ]
+    assert pod.security_context.run_as_non_root
+    sources = [s.config_map_ref or s.secret_ref for s in container.env_from]
+    assert [s.name for s in sources] == ["flywheel-env", "flywheel-secrets"]
+    other = run_pod(launcher, "dataset_job", run_tags["dataset_job"])
+    assert "nvidia.com/gpu" not in other.containers[0].resources.limits
+    assert not other.node_selector and not other.tolerations
+
+
+# (c) the Helm values
+
+
+def schema_for_overrides() -> tuple[dict, Registry]:
+    """The chart's schema as it applies to a values file Helm merges over the chart's own:
+    a mapping may leave out what the chart's values set (its `required` go), a list replaces
+    the chart's whole (its items keep theirs). The Kubernetes object schemas it refers to
+    (kubernetesjsonschema.dev) are not fetched: any object passes them here, and
+    test_helm_kubernetes_objects checks those objects against the Kubernetes API's models."""
+    schema = json.loads((HELM / "values.schema.json").read_text())
+    text = json.dumps(schema)
+    items = set(re.findall(r'"items": \{"\$ref": "#/definitions/([^"]+)"', text))
+    schema.pop("required")
+    for name, definition in schema["definitions"].items():
+        if name not in items:
+            definition.pop("required", None)
+    documents: dict[str, dict] = {}
+    for url, pointer in re.findall(r'"\$ref": "(https://[^"#]+)#([^"]+)"', text):
+        node = documents.setdefault(url, {})
+        for part in pointer.strip("/").split("/"):
+            node = node.setdefault(part, {})
+    registry = Registry(retrieve=lambda url: Resource.from_contents(documents[url], DRAFT202012))
+    return schema, registry
+
+
+def schema_errors(values: dict) -> list[str]:
+    schema, registry = schema_for_overrides()
+    validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(values)]
+
+
+def test_helm_values_match_the_chart_schema():
+    assert schema_errors(load_yaml(HELM / "values.yaml")) == []
+
+
+def _misspelt(values: dict) -> None:
+    values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]["maxRuns"] = 4
+
+
+def _no_port(values: dict) -> None:
+    del values["dagster-user-deployments"]["deployments"][0]["port"]
+
+
+def _unknown_launcher(values: dict) -> None:
+    values["runLauncher"]["type"] = "KubernetesRunLauncher"
+
+
+@pytest.mark.parametrize("breaking", [_misspelt, _no_port, _unknown_launcher])
+def test_chart_schema_rejects_broken_values(breaking):
+    values = copy.deepcopy(load_yaml(HELM / "values.yaml"))
+    breaking(values)
+    assert schema_errors(values)
+
+
+def test_helm_kubernetes_objects():
+    values = load_yaml(HELM / "values.yaml")
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
+    objects = [
+        (k8s.V1PodSecurityContext, deployment["podSecurityContext"]),
+        (k8s.V1SecurityContext, deployment["securityContext"]),
+        (k8s.V1ResourceRequirements, deployment["resources"]),
+        (k8s.V1SecurityContext, launcher["securityContext"]),
+        (k8s.V1ResourceRequirements, launcher["resources"]),
+        (k8s.V1PodSpec, launcher["runK8sConfig"]["podSpecConfig"] | {"containers": []}),
+    ]
+    for owner in (deployment, launcher):
+        objects += [(k8s.V1ConfigMapEnvSource, ref) for ref in owner["envConfigMaps"]]
+        objects += [(k8s.V1SecretEnvSource, ref) for ref in owner["envSecrets"]]
+    for model, value in objects:
+        k8s_model_from_dict(model, k8s_snake_case_dict(model, value))
+    configmap = load_yaml(HELM / "flywheel-env.yaml")
+    assert (configmap["kind"], configmap["metadata"]["name"]) == ("ConfigMap", "flywheel-env")
+    assert all(isinstance(value, str) for value in configmap["data"].values())
+    assert deployment["envConfigMaps"] == launcher["envConfigMaps"] == [{"name": "flywheel-env"}]
+
+
+def snake_case(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+def snake(value):
+    """The chart's camelCase values with the snake_case keys of Dagster's instance config."""
+    if isinstance(value, dict):
+        return {snake_case(key): snake(inner) for key, inner in value.items()}
+    return [snake(inner) for inner in value] if isinstance(value, list) else value
+
+
+def test_prod_instance_is_what_the_chart_renders_from_the_values(prod: dict):
+    """The sections of deploy/dagster.prod.yaml that the chart's instance ConfigMap template
+    writes from the values, written from deploy/helm/values.yaml the way that template does."""
+    values = load_yaml(HELM / "values.yaml")
+    daemon = values["dagsterDaemon"]
+    queued = daemon["runCoordinator"]["config"]["queuedRunCoordinator"]
+    assert prod["run_coordinator"]["class"] == daemon["runCoordinator"]["type"]
+    assert prod["run_coordinator"]["config"] == snake(queued)
+    assert values["concurrency"]["enabled"]
+    assert prod["concurrency"] == snake({k: values["concurrency"][k] for k in ("pools", "runs")})
+    for section in ("runMonitoring", "runRetries", "sensors", "schedules"):
+        assert prod[snake_case(section)] == snake(daemon[section]), section
+    assert prod["telemetry"] == values["telemetry"]
+    launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
+    config = prod["run_launcher"]["config"]
+    assert prod["run_launcher"]["class"] == values["runLauncher"]["type"]
+    assert config["env_config_maps"] == [m["name"] for m in launcher["envConfigMaps"]]
+    assert config["env_secrets"] == [s["name"] for s in launcher["envSecrets"]]
+    assert config["image_pull_policy"] == launcher["imagePullPolicy"]
+    assert config["load_incluster_config"] == launcher["loadInclusterConfig"]
+    assert config["resources"] == launcher["resources"]
+    assert config["security_context"] == launcher["securityContext"]
+    # The chart writes runK8sConfig's keys as run_k8s_config's and their values untouched.
+    run_k8s_config = {snake_case(key): inner for key, inner in launcher["runK8sConfig"].items()}
+    assert config["run_k8s_config"] == run_k8s_config
+    postgres = values["postgresql"]
+    db = prod["storage"]["postgres"]["postgres_db"]
+    assert (db["params"], db["scheme"]) == (
+        postgres["postgresqlParams"],
+        postgres["postgresqlScheme"],
+    )
+    assert not postgres["enabled"] and not values["generatePostgresqlPasswordSecret"]
+    assert (
+        values["global"]["postgresqlSecretName"] == INSTANCE_ENV["DAGSTER_K8S_PG_PASSWORD_SECRET"]
+    )
+
+
+# (d) the image
+
+
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """Each stage of deploy/Dockerfile as (instruction, arguments), continuation lines joined."""
+    lines = [line for line in (DEPLOY / "Dockerfile").read_text().splitlines()]
+    text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    stages: list[list[tuple[str, str]]] = []
+    for line in re.sub(r"\\\n", " ", text).splitlines():
+        instruction, _, arguments = line.strip().partition(" ")
+        if instruction == "FROM":
+            stages.append([])
+        if stages and instruction:
+            stages[-1].append((instruction, arguments.strip()))
+    return stages
+
+
+def arguments(stage: list[tuple[str, str]], instruction: str) -> list[str]:
+    return [rest for name, rest in stage if name == instruction]
+
+
+def code_server(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A `dagster code-server start` command: its words before the options, and its options."""
+    words = [Path(argv[0]).name, *argv[1:]]
+    first = next(i for i, word in enumerate(words) if word.startswith("-"))
+    options = words[first:]
+    assert len(options) % 2 == 0 and len(set(options[::2])) == len(options) // 2, options
+    return words[:first], dict(zip(options[::2], options[1::2], strict=True))
+
+
+def test_image_runs_the_stacks_code_server_on_all_interfaces(tmp_path: Path):
+    final = dockerfile_stages()[-1]
+    # The chart's `args` and the run launcher's command replace a CMD; an ENTRYPOINT would stay.
+    assert not arguments(final, "ENTRYPOINT")
+    image = code_server(json.loads(arguments(final, "CMD")[-1]))
+    stack = code_server(list(Stack(tmp_path).services()["code_server"].command))
+    assert image[0] == stack[0] == ["dagster", "code-server", "start"]
+    assert image[1] == stack[1] | {"-h": "0.0.0.0", "-p": "4000"}
+    # What the chart runs: `dagster code-server start -h 0.0.0.0 -p <port> <codeServerArgs>`.
+    (deployment,) = load_yaml(HELM / "values.yaml")["dagster-user-deployments"]["deployments"]
+    port = str(deployment["port"])
+    chart = ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", port]
+    assert code_server(chart + deployment["codeServerArgs"]) == image
+    assert arguments(final, "EXPOSE") == [port]
+    assert arguments(final, "USER") == ["10001:10001"]
+
+
+def locked() -> dict[str, tuple[str, int]]:
+    """deploy/requirements.lock: each package's version and number of hashes."""
+    packages: dict[str, tuple[str, int]] = {}
+    name = None
+    for line in (DEPLOY / "requirements.lock").read_text().splitlines():
+        if pin := re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line):
+            name = canonicalize_name(pin[1])
+            packages[name] = (pin[2], 0)
+        elif name and "--hash=sha256:" in line:
+            packages[name] = (packages[name][0], packages[name][1] + 1)
+    return packages
+
+
+def test_image_installs_the_lock_and_the_pinned_torch():
+    build = dockerfile_stages()[0]
+    args = dict(arg.split("=", 1) for arg in arguments(build, "ARG") if "=" in arg)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    requirements = [
+        Requirement(text)
+        for text in project["dependencies"] + project["optional-dependencies"]["prod"]
+    ]
+    torch = next(r for r in requirements if r.name == "torch")
+    assert str(torch.specifier) == f"=={args['TORCH_VERSION']}"
+    assert f"torch=={args['TORCH_VERSION']}" in (REPO / "Makefile").read_text()
+    assert any(
+        "--require-hashes" in run and "requirements.lock" in run for run in arguments(build, "RUN")
+    )
+    packages = locked()
+    assert not [
+        p for p in packages if p in {"torch", "triton"} or p.startswith(("nvidia-", "cuda-"))
+    ]
+    assert all(hashes for _, hashes in packages.values())
+    for requirement in requirements:
+        if requirement is not torch:
+            version, _ = packages[canonicalize_name(requirement.name)]
+            assert requirement.specifier.contains(version, prereleases=True), (requirement, version)
+    assert packages["dagster-k8s"][0] == packages["dagster-postgres"][0] == "0.29.27"
+
+
+def test_dockerignore_admits_exactly_what_the_image_copies():
+    lines = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert lines[0] == "**"
+    admitted = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    copied = set()
+    for copy_arguments in arguments(dockerfile_stages()[0], "COPY"):
+        *sources, _ = copy_arguments.split()
+        copied |= set(sources)
+    assert copied == admitted
+    assert all((REPO / path).exists() for path in admitted)
+    assert "dbt_project/target/" in lines
+
+
+# Where the stack's settings are on Kubernetes when not in flywheel-env (README.md says how).
+NOT_IN_CONFIGMAP = {
+    "FLYWHEEL_HOME",  # the image
+    "FLYWHEEL_DVC_REPO",  # the image
+    "DAGSTER_HOME",  # the chart
+    "DAGSTER_PG_HOST",  # the values (postgresql)
+    "DAGSTER_PG_PORT",
+    "DAGSTER_PG_USER",
+    "DAGSTER_PG_DB",
+    "DAGSTER_PG_PASSWORD",  # the Secret flywheel-postgresql
+    "AWS_ACCESS_KEY_ID",  # the Secret flywheel-secrets, where the pods have no role
+    "AWS_SECRET_ACCESS_KEY",
+    "FLYWHEEL_OPTUNA_STORAGE",  # the Secret flywheel-secrets
+    "FLYWHEEL_DAGSTER_URL",  # clients of the webserver, not the code location
+}
+
+
+def test_every_stack_setting_has_a_place_on_kubernetes(tmp_path: Path):
+    settings = Stack(tmp_path).environment()
+    text = (HELM / "flywheel-env.yaml").read_text()
+    data = yaml.safe_load(text)["data"]
+    optional = set(re.findall(r"^\s*# ([A-Z][A-Z0-9_]+): ", text, re.MULTILINE))
+    assert set(settings) - set(data) - optional - NOT_IN_CONFIGMAP == set()
+    assert data["FLYWHEEL_ENV"] == settings["FLYWHEEL_ENV"] == "prod"
+    readme = (HELM / "README.md").read_text()
+    assert [name for name in settings if f"`{name}`" not in readme] == []
+    image_env = " ".join(arguments(dockerfile_stages()[-1], "ENV"))
+    for name in ("FLYWHEEL_ENV", "FLYWHEEL_HOME", "FLYWHEEL_DVC_REPO"):
+        assert f"{name}=" in image_env
