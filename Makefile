@@ -17,7 +17,7 @@ export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel
 export DAGSTER_HOME ?= $(FLYWHEEL_HOME)/dagster
 export DBT_SEND_ANONYMOUS_USAGE_STATS := false
 
-.PHONY: setup flywheel test test-all lint dev data-pull clean stack-up stack-down stack-status
+.PHONY: setup flywheel test test-all lint dev data-pull clean stack-up stack-down stack-status stack-flywheel
 
 setup: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml dbt_project/target/manifest.json
 
@@ -68,6 +68,16 @@ stack-down: setup
 
 stack-status: setup
 	$(PY) -m deploy.stack status
+
+# The main job driven by the stack's daemon (a process per run): START, DAYS and RUN_ARGS as for
+# `make flywheel`, with the stack's settings (its stack.env). The stack must be up.
+STACK_DAYS ?= 10
+STACK_START ?= 2013-08-20
+STACK_ARGS ?= --bootstrap-days 7
+stack-flywheel: setup
+	@test -f $(FLYWHEEL_HOME)/stack/stack.env || { echo "no stack under $(FLYWHEEL_HOME): make stack-up first" >&2; exit 1; }
+	set -a && . $(FLYWHEEL_HOME)/stack/stack.env && set +a && \
+	  $(PY) -m sim run --daemon --start $(STACK_START) --days $(STACK_DAYS) $(STACK_ARGS)
 
 dev: setup
 	$(VENV)/bin/dagster dev -w workspace.yaml

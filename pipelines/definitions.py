@@ -22,11 +22,13 @@ from pipelines.lib.partitions import daily_partitions
 from pipelines.model_spec import load_model_spec
 from pipelines.policy import load_policies
 from pipelines.resources import build_resources
+from pipelines.settings import retraining_run_config, sensor_interval_s
 
 
 def build_definitions(env: str | None = None, task_name: str | None = None) -> dg.Definitions:
     """Build the definitions of `task_name` (FLYWHEEL_TASK, default flights) for `env`."""
     task = load_task(task_name or os.environ.get("FLYWHEEL_TASK", "flights"))
+    interval_s = sensor_interval_s()
     ingestion = {a.key.path[-1]: a for a in build_ingestion_assets(task)}
     daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]
     reference_raw = [ingestion[f.asset_name] for f in task.reference_feeds]
@@ -53,6 +55,7 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         reference_job,
         daily_downstream=[*daily_dbt.keys, predictions.key, feature_drift.key],
         reference_downstream=list(reference_dbt.keys),
+        interval_s=interval_s,
     )
     label_tasks, labels = build_labeling_assets(task, spec)
     datasets = build_dataset_assets(task, spec)
@@ -68,7 +71,9 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         partitions_def=daily_partitions(task),
         description="Import the labels delivered on a day; measure the champion's performance.",
     )
-    export_schedule, inbox_sensor = build_labeling_triggers(label_export_job, label_import_job)
+    export_sensor, inbox_sensor = build_labeling_triggers(
+        label_export_job, label_import_job, feature_drift.key, interval_s
+    )
     training = build_training_assets(task.name, spec.features)
     evaluation = build_evaluation_assets(task, spec, promotion_policy)
     retraining_job = dg.define_asset_job(
@@ -79,9 +84,11 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         tags={**GPU_TAGS, "flywheel/gpu": "1"},
         description="Cut a dataset from the newest labels, train a challenger, evaluate it and "
         "promote it if it passes the gate.",
+        # The deployment's budget and windows (pipelines/settings.py), shown in each run's config.
+        config=retraining_run_config(),
     )
     drift_sensor, performance_sensor, retraining_schedule = build_monitoring_triggers(
-        retraining_job, monitoring_policy
+        retraining_job, monitoring_policy, interval_s
     )
     dataset_job = dg.define_asset_job(
         "dataset_job",
@@ -111,8 +118,8 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
             dataset_job,
             retraining_job,
         ],
-        schedules=[export_schedule, retraining_schedule],
-        sensors=[landing_sensor, inbox_sensor, drift_sensor, performance_sensor],
+        schedules=[retraining_schedule],
+        sensors=[landing_sensor, export_sensor, inbox_sensor, drift_sensor, performance_sensor],
         resources=build_resources(env),
         # A run's steps run in the run's own process (a pod on Kubernetes), one after the other:
         # the warehouse pool runs them one at a time anyway, and a process per step would load

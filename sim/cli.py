@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import traceback
 from collections.abc import Sequence
 from datetime import date, timedelta
 from pathlib import Path
@@ -10,11 +11,15 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pipelines.contracts import load_task
-from pipelines.resources import ENVIRONMENTS, flywheel_home, landing_zone
+from pipelines.resources import ENVIRONMENTS, flywheel_home, label_store, landing_zone
+from pipelines.settings import retraining_settings
+from sim.annotator_service import AnnotatorServiceError, serve
 from sim.clock import read_clock, write_clock
 from sim.console import log_path, output_to_log, say
+from sim.daemon import DaemonDriveError
 from sim.drift import PlantedDrift, parse_drift
 from sim.executor import RunFailedError
+from sim.labeling import LabelingService
 from sim.main_job import RunOptions, UsageError, days_to_play, run
 from sim.replay import day_bounds, land_days
 
@@ -61,22 +66,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--bootstrap-days", type=_positive_int, default=21, help="days before the first model"
     )
-    run.add_argument("--trials", type=_positive_int, default=4, help="tuning trials per retraining")
-    run.add_argument("--max-epochs", type=_positive_int, default=12, help="epochs per trial")
+    run.add_argument(
+        "--trials", type=_positive_int, help="tuning trials per retraining (FLYWHEEL_TRIALS, 4)"
+    )
+    run.add_argument(
+        "--max-epochs", type=_positive_int, help="epochs per trial (FLYWHEEL_MAX_EPOCHS, 12)"
+    )
     run.add_argument(
         "--drift", type=_drift, help="plant a drift, e.g. celsius@2013-11-01 (weather in Celsius)"
     )
     run.add_argument(
         "--validation-days",
         type=_positive_int,
-        default=7,
-        help="latest labelled days each retraining holds out to validate on (before its test)",
+        help="latest labelled days each retraining holds out to validate on, before its test "
+        "(FLYWHEEL_VALIDATION_DAYS, 7)",
     )
     run.add_argument(
         "--test-days",
         type=_positive_int,
-        default=7,
-        help="latest labelled days each retraining holds out to test on",
+        help="latest labelled days each retraining holds out to test on (FLYWHEEL_TEST_DAYS, 7)",
     )
     run.add_argument("--report-dir", type=Path, help="default: $FLYWHEEL_HOME/report")
     run.add_argument(
@@ -84,6 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=600,
         help="seconds a run waits for a pool slot another live run holds before it fails",
+    )
+    run.add_argument(
+        "--daemon",
+        action="store_true",
+        help="drive the days through the running stack's Dagster daemon (make stack-up), a "
+        "process per run, instead of in process",
+    )
+    run.add_argument(
+        "--daemon-timeout",
+        type=_positive_int,
+        default=1800,
+        help="with --daemon: seconds to wait for the pipeline to be idle before failing",
+    )
+    commands.add_parser(
+        "annotators",
+        help="the simulated annotators as a service: answer the days the main job asks for",
     )
     status = commands.add_parser("status", help="show the clock and the landing zone")
     status.add_argument("--env", choices=ENVIRONMENTS, help="default: FLYWHEEL_ENV or local")
@@ -122,6 +146,39 @@ def status(env: str | None = None) -> int:
     return 0
 
 
+FLAGS = {
+    "FLYWHEEL_TRIALS": "trials",
+    "FLYWHEEL_MAX_EPOCHS": "max_epochs",
+    "FLYWHEEL_VALIDATION_DAYS": "validation_days",
+    "FLYWHEEL_TEST_DAYS": "test_days",
+}
+
+
+def retraining_budget(args: argparse.Namespace) -> dict[str, int]:
+    """The retraining settings of the run: each flag given, else the environment's or default.
+
+    In process the flags rule; through the daemon, the code location's settings (the stack's
+    environment) decide every retraining the sensors request, so a flag must agree with them.
+    """
+    try:
+        settings = retraining_settings()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    for name, attribute in FLAGS.items():
+        flag = getattr(args, attribute)
+        if flag is None or flag == settings[name]:
+            continue
+        if args.daemon:
+            option = "--" + attribute.replace("_", "-")
+            raise UsageError(
+                f"{option} {flag} differs from the stack's {name}={settings[name]}, which its "
+                f"sensors' retrainings use: start the stack with {name}={flag} (make stack-down; "
+                f"{name}={flag} make stack-up) or drop {option}"
+            )
+        settings[name] = flag
+    return settings
+
+
 def run_logged(days: int, start: date | None, options: RunOptions) -> int:
     """The main job with one line a day on the terminal and every library's output in a log
     file; a failed run prints its failing steps' errors and the log's path, and exits 1."""
@@ -131,8 +188,12 @@ def run_logged(days: int, start: date | None, options: RunOptions) -> int:
     with output_to_log(log, restore=False):
         try:
             return run(days, start, options)
-        except RunFailedError as e:
+        except (RunFailedError, DaemonDriveError, AnnotatorServiceError) as e:
             say(f"error: {e}", error=True)
+            return 1
+        except Exception:
+            # Anything else is a defect: its traceback in full, on the terminal as well.
+            say(f"error: {traceback.format_exc()}", error=True)
             return 1
         finally:
             say(f"logs: {log}")
@@ -146,17 +207,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "advance":
             return advance(args.days, args.start, args.env)
         if args.command == "run":
+            budget = retraining_budget(args)
             options = RunOptions(
                 bootstrap_days=args.bootstrap_days,
-                trials=args.trials,
-                max_epochs=args.max_epochs,
+                trials=budget["FLYWHEEL_TRIALS"],
+                max_epochs=budget["FLYWHEEL_MAX_EPOCHS"],
                 drift=args.drift,
                 report_dir=args.report_dir,
                 pool_wait_s=args.pool_wait,
-                validation_days=args.validation_days,
-                test_days=args.test_days,
+                validation_days=budget["FLYWHEEL_VALIDATION_DAYS"],
+                test_days=budget["FLYWHEEL_TEST_DAYS"],
+                daemon=args.daemon,
+                daemon_timeout_s=args.daemon_timeout,
             )
             return run_logged(args.days, args.start, options)
+        if args.command == "annotators":
+            serve(flywheel_home(), LabelingService(label_store(), latency_days=1))
+            return 0
         return status(args.env)
     except UsageError as e:
         parser.error(str(e))

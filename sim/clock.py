@@ -29,7 +29,7 @@ def read_clock(home: Path) -> date | None:
 
 def write_clock(home: Path, day: date) -> None:
     """Set the clock to `day`, atomically so that an interrupted write keeps the old value."""
-    _write_json(clock_path(home), {"last_landed_day": day.isoformat()})
+    write_json(clock_path(home), {"last_landed_day": day.isoformat()})
 
 
 def progress_path(home: Path) -> Path:
@@ -54,12 +54,12 @@ def read_progress(home: Path) -> tuple[date | None, date | None]:
 def write_progress(home: Path, played: date, production_start: date | None) -> None:
     """Record that the main job finished `played`, atomically."""
     production = production_start.isoformat() if production_start else None
-    _write_json(
+    write_json(
         progress_path(home), {"last_played_day": played.isoformat(), "production_start": production}
     )
 
 
-def _write_json(path: Path, payload: dict) -> None:
+def write_json(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:

@@ -1,9 +1,10 @@
 """The main job: advance the world day by day and let the pipeline react as in production.
 
-Each simulated day lands its files; `landing_sensor` is ticked against the real Dagster instance
-(DAGSTER_HOME) and the runs it requests are executed there; the day's label export runs as
-`label_export_schedule` launches it; the annotators answer; `inbox_sensor` imports the labels.
-Runs carry the tags a daemon-launched run would, so they show in the Dagster UI as such.
+Each simulated day lands its files and the annotators answer; between two such events the
+pipeline reacts. `FlywheelDriver` is its own daemon: it ticks the sensors against the Dagster
+instance of DAGSTER_HOME and executes the runs they request there, in process, with the tags a
+daemon-launched run would carry, so they show in the Dagster UI as such. `sim.daemon` drives the
+same days through a real daemon, run queue and a process per run.
 """
 
 from __future__ import annotations
@@ -51,12 +52,12 @@ class SensorTicker:
 
 
 class ScheduleTicker:
-    """Ticks one schedule at given simulated times and executes what it requests in process."""
+    """One schedule of a code location, evaluated at given simulated times."""
 
-    def __init__(self, executor: RunExecutor, name: str):
-        self.executor, self.name = executor, name
-        self.defs, self.instance = executor.defs, executor.instance
-        self.schedule = self.defs.resolve_schedule_def(name)
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, name: str):
+        self.defs, self.instance, self.name = defs, instance, name
+        self.schedule = defs.resolve_schedule_def(name)
+        self.origin = {"dagster/schedule_name": name}
 
     def due(self, start: datetime, end: datetime) -> list[datetime]:
         """The schedule's tick times in [start, end)."""
@@ -74,8 +75,8 @@ class ScheduleTicker:
                 due.append(moment)
         return due
 
-    def tick(self, moment: datetime) -> TickReport:
-        """Evaluate the schedule as at `moment` and execute its requests (each run key once)."""
+    def requests(self, moment: datetime) -> list[dg.RunRequest]:
+        """What the schedule requests when evaluated as at `moment`, as the daemon would."""
         # The context opens its own instance from ours; closing it disposes of that instance
         # (left open, its eventual garbage collection would reset Dagster's current-instance
         # state in whatever code runs at that moment).
@@ -83,70 +84,79 @@ class ScheduleTicker:
             instance=self.instance, scheduled_execution_time=moment, resources=self.defs.resources
         ) as context:
             data = self.schedule.evaluate_tick(context)
-        return self.executor.execute_once(
-            data.run_requests or [],
-            lambda: self.schedule.job_name,
-            {"dagster/schedule_name": self.name},
-        )
+        job = self.schedule.job_name
+        return [
+            r if r.job_name else r.with_replaced_attrs(job_name=job)
+            for r in data.run_requests or []
+        ]
 
 
 RETRAINING_JOB = "retraining_job"
+DAILY_SENSORS = ("landing_sensor", "label_export_sensor", "inbox_sensor")
 MONITORING_SENSORS = ("drift_sensor", "performance_sensor")
+RETRAINING_SCHEDULE = "retraining_schedule"
 
 
-class FlywheelDriver:
-    """Plays simulated days: the world lands files and answers labels, the pipeline reacts.
+class Driver:
+    """Plays simulated days: the world lands files, answers labels and keeps the calendar; the
+    pipeline reacts between two of its events (`react`), as its sensors ask.
 
-    Retraining triggers (the monitoring sensors and the weekly schedule) are ticked once
-    `retraining` is on: an operator trains the first model (`retrain`), then turns them on.
+    A day: its files land; the annotators deliver the day's answers; in the night after it, the
+    retraining schedule's ticks (the simulated calendar: a day passes in seconds, so no real
+    cron could tick it). The retraining triggers (the monitoring sensors and the schedule) are on
+    once `retraining` is: an operator trains the first model (`retrain`), then turns them on.
     """
 
     def __init__(
         self,
         defs: dg.Definitions,
         instance: dg.DagsterInstance,
-        state: Path,
         land: Callable[[date], None],
         deliver_labels: Callable[[date], None],
-        run_configs: dict[str, dict] | None = None,
-        pool_wait_s: float = 600.0,
     ):
         self.defs, self.instance = defs, instance
         self.land, self.deliver_labels = land, deliver_labels
-        self.executor = RunExecutor(defs, instance, run_configs, pool_wait_s)
-        self.landing = SensorTicker(self.executor, "landing_sensor", state)
-        self.inbox = SensorTicker(self.executor, "inbox_sensor", state)
-        self.monitors = [SensorTicker(self.executor, n, state) for n in MONITORING_SENSORS]
-        self.schedule = ScheduleTicker(self.executor, "retraining_schedule")
-        self.retraining = False
-        # At start-up, as the daemon's run monitoring would: runs left by a killed process.
-        self.executor.recover()
+        self.schedule = ScheduleTicker(defs, instance, RETRAINING_SCHEDULE)
+        self._retraining = False
+
+    @property
+    def retraining(self) -> bool:
+        """Whether the retraining triggers are on."""
+        return self._retraining
+
+    @retraining.setter
+    def retraining(self, on: bool) -> None:
+        self._retraining = on
+
+    def react(self) -> TickReport:
+        """Let the pipeline react to the world's last event, until it has nothing left to do."""
+        raise NotImplementedError
+
+    def submit(self, requests: list[dg.RunRequest], origin: dict[str, str]) -> TickReport:
+        """Run what a trigger requested (each run key once per trigger, named in `origin`)."""
+        raise NotImplementedError
+
+    def finish(self, report: TickReport) -> TickReport:
+        """The day's report, once its events are over."""
+        return report
 
     def day(self, day: date) -> TickReport:
         """Land the day and let the pipeline react: ingest, score, monitor, label, retrain."""
         self.land(day)
-        report = self.landing.tick()
-        # What label_export_schedule launches at the end of the day, for that day.
-        export = dg.RunRequest(job_name="label_export_job", partition_key=day.isoformat())
-        tags = {"dagster/schedule_name": "label_export_schedule"}
-        report.runs.append(self.executor.execute(export, tags))
+        report = self.react()
         self.deliver_labels(day)
-        tickers = [self.inbox, *self.monitors] if self.retraining else [self.inbox]
-        for ticker in tickers:
-            report.extend(ticker.tick())
+        report.extend(self.react())
         if self.retraining:
             # The night after `day`: the weekly schedule's ticks up to the next day's landing.
             night = datetime.combine(day, datetime.min.time(), tzinfo=UTC) + timedelta(days=1)
             for moment in self.schedule.due(night, night + timedelta(days=1)):
-                report.extend(self.schedule.tick(moment))
-        report.runs[:0] = self.executor.take_recovered()
-        return report
+                report.extend(self.submit(self.schedule.requests(moment), self.schedule.origin))
+                report.extend(self.react())
+        return self.finish(report)
 
     def retrain(self, trigger: str, event_day: date) -> RunSummary:
         """An operator's retraining run: dataset, challenger, evaluation, promotion gate."""
-        request = dg.RunRequest(job_name=RETRAINING_JOB)
-        tags = {"flywheel/trigger": trigger, "flywheel/event_day": event_day.isoformat()}
-        return self.executor.execute(request, tags)
+        raise NotImplementedError
 
     def decision(self, run_id: str) -> dict[str, str]:
         """What the promotion gate decided in retraining run `run_id`, on which versions."""
@@ -158,3 +168,49 @@ class FlywheelDriver:
                 metadata = record.asset_materialization.metadata
                 return {k: str(v.value) for k, v in metadata.items()}
         return {}
+
+
+class FlywheelDriver(Driver):
+    """The driver that is its own daemon: it ticks the sensors and executes their runs in
+    process, on the instance of DAGSTER_HOME."""
+
+    def __init__(
+        self,
+        defs: dg.Definitions,
+        instance: dg.DagsterInstance,
+        state: Path,
+        land: Callable[[date], None],
+        deliver_labels: Callable[[date], None],
+        run_configs: dict[str, dict] | None = None,
+        pool_wait_s: float = 600.0,
+    ):
+        super().__init__(defs, instance, land, deliver_labels)
+        self.executor = RunExecutor(defs, instance, run_configs, pool_wait_s)
+        self.daily = [SensorTicker(self.executor, n, state) for n in DAILY_SENSORS]
+        self.monitors = [SensorTicker(self.executor, n, state) for n in MONITORING_SENSORS]
+        # At start-up, as the daemon's run monitoring would: runs left by a killed process.
+        self.executor.recover()
+
+    def react(self) -> TickReport:
+        """Tick every sensor that is on, executing what it requests, until a whole round
+        requests nothing: what the daemon does between two events of the world."""
+        report = TickReport()
+        while True:
+            round_ = TickReport()
+            for ticker in [*self.daily, *(self.monitors if self.retraining else [])]:
+                round_.extend(ticker.tick())
+            report.extend(round_)
+            if not round_.runs:
+                return report
+
+    def submit(self, requests: list[dg.RunRequest], origin: dict[str, str]) -> TickReport:
+        return self.executor.execute_once(requests, lambda: RETRAINING_JOB, origin)
+
+    def finish(self, report: TickReport) -> TickReport:
+        report.runs[:0] = self.executor.take_recovered()
+        return report
+
+    def retrain(self, trigger: str, event_day: date) -> RunSummary:
+        request = dg.RunRequest(job_name=RETRAINING_JOB)
+        tags = {"flywheel/trigger": trigger, "flywheel/event_day": event_day.isoformat()}
+        return self.executor.execute(request, tags)

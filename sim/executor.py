@@ -36,10 +36,11 @@ class TickReport:
         self.skipped += other.skipped
 
 
-def failure_message(result: dg.ExecuteInProcessResult) -> str:
-    """Each failed step with the messages of its error and the error's causes."""
+def failure_message(events: list[dg.DagsterEvent]) -> str:
+    """Each failed step of a run's step-failure `events` with the messages of its error and the
+    error's causes."""
     lines = []
-    for event in result.get_step_failure_events():
+    for event in events:
         error = event.event_specific_data.error
         lines.append(f"step {event.step_key}:")
         while error is not None:
@@ -107,9 +108,10 @@ class RunExecutor:
             raise_on_error=False,
         )
         if not result.success:
+            steps = failure_message(result.get_step_failure_events())
             raise RunFailedError(
                 f"run {result.run_id} of {request.job_name} (partition {request.partition_key}) "
-                f"failed; see it in the Dagster UI.\n{failure_message(result)}"
+                f"failed; see it in the Dagster UI.\n{steps}"
             )
         return request.job_name, request.partition_key, time.monotonic() - started, result.run_id
 

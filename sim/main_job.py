@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -52,6 +54,10 @@ class RunOptions:
     # The latest labelled days each retraining holds out: validation, then test.
     validation_days: int = 7
     test_days: int = 7
+    # Drive the days through a running stack's daemon instead of in process; how long the
+    # world waits for the pipeline to be idle before it fails naming what is still busy.
+    daemon: bool = False
+    daemon_timeout_s: float = 1800.0
 
     def run_configs(self) -> dict[str, dict]:
         """The operator's run config of the retraining job."""
@@ -104,9 +110,11 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
 
     from pipelines.definitions import defs
     from pipelines.lib.registry import champion, registered_name, versions
-    from sim.driver import RETRAINING_JOB, FlywheelDriver
+    from sim.annotator_service import AnnotatorProcess
+    from sim.daemon import WEBSERVER_URL, DaemonDriver, webserver_from_env
+    from sim.driver import RETRAINING_JOB, Driver, FlywheelDriver
     from sim.labeling import LabelingService
-    from sim.report import write_report
+    from sim.report import resource, write_report
 
     options = options or RunOptions()
     home = flywheel_home()
@@ -122,24 +130,41 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
         say(f"resuming after {played}, the last day played: {len(todo)} of {len(span)} to play")
     began, zone, task = time.monotonic(), landing_zone(), load_task()
     annotators = LabelingService(label_store(), latency_days=1)
-    tracker = defs.resources["tracker"]
+    tracker = resource(defs, "tracker")
     name = registered_name(task.name)
 
     def land(day: date) -> None:
         land_days(zone, [day], task, drift=options.drift)
         write_clock(home, max(read_clock(home) or day, day))
 
-    with dg.DagsterInstance.get() as instance:
-        driver = FlywheelDriver(
-            defs,
-            instance,
-            home / "sim",
-            land,
-            annotators.deliver,
-            options.run_configs(),
-            options.pool_wait_s,
-        )
-        driver.retraining = bool(versions(tracker, name))
+    with contextlib.ExitStack() as stack:
+        instance = stack.enter_context(dg.DagsterInstance.get())
+        if options.daemon:
+            webserver = webserver_from_env()
+            service = stack.enter_context(
+                AnnotatorProcess(home, home / "logs" / "annotators.log", options.daemon_timeout_s)
+            )
+            driver: Driver = DaemonDriver(
+                defs,
+                instance,
+                webserver,
+                land,
+                service.deliver,
+                options.run_configs(),
+                options.daemon_timeout_s,
+            )
+        else:
+            driver = FlywheelDriver(
+                defs,
+                instance,
+                home / "sim",
+                land,
+                annotators.deliver,
+                options.run_configs(),
+                options.pool_wait_s,
+            )
+        if versions(tracker, name):
+            driver.retraining = True
         if driver.retraining and production_start is None:
             production_start = max(_after_bootstrap(instance) or span[0], span[0])
         for i, day in enumerate(span):
@@ -174,6 +199,9 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             f"Static model: version {registered[0].version}, trained once on the first "
             f"{options.bootstrap_days} days. Retraining runs: {len(retrain_runs)}; tuning "
             f"budget {options.trials} trials x {options.max_epochs} epochs.",
+            "Driven by the Dagster daemon of the stack, a process per run."
+            if options.daemon
+            else "Driven in process.",
             f"Planted drift: {options.drift or 'none'}.",
         ]
         report = write_report(
@@ -187,5 +215,8 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
         )
     say(report.markdown.read_text())
     say(f"report: {report.markdown} and {report.plot}")
-    say("see the runs and assets: make dev (Dagster UI at http://127.0.0.1:3000)")
+    if options.daemon:
+        say(f"see the runs and assets in the stack's Dagster UI: {os.environ[WEBSERVER_URL]}")
+    else:
+        say("see the runs and assets: make dev (Dagster UI at http://127.0.0.1:3000)")
     return 0

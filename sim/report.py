@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import numpy as np
@@ -33,14 +34,31 @@ class Report:
     plot: Path
 
 
+def resource(defs: dg.Definitions, key: str) -> Any:
+    """The code location's resource `key` as a run would see it: its settings read from the
+    environment (a prod resource names them with `dg.EnvVar`)."""
+    value = defs.resources[key]
+    if isinstance(value, dg.ConfigurableResource):
+        return value.process_config_and_initialize()
+    return value
+
+
 def weekly_auc(defs: dg.Definitions, task_name: str, first: date, last: date, static: int):
     """Production AUC per week of the flywheel's predictions and of the static model's, on the
     same flights: every flight the flywheel scored between `first` and `last`."""
     from ml.pyfunc import model_input
 
-    warehouse, tracker = defs.resources["warehouse"], defs.resources["tracker"]
+    warehouse, tracker = resource(defs, "warehouse"), resource(defs, "tracker")
     empty = pd.DataFrame(
-        columns=["week", "flights", "late_rate", "flywheel", "static", "flywheel_logloss"]
+        columns=[
+            "week",
+            "flights",
+            "late_rate",
+            "flywheel",
+            "static",
+            "flywheel_logloss",
+            "static_logloss",
+        ]
     )
     with warehouse.connect() as con:
         if not has_relation(con, "flight_predictions"):
@@ -119,7 +137,7 @@ def retrainings(instance: dg.DagsterInstance) -> pd.DataFrame:
 
 def label_spend(defs: dg.Definitions) -> pd.DataFrame:
     """Label tasks exported per selection reason, and how many came back labelled."""
-    return defs.resources["warehouse"].query(
+    return resource(defs, "warehouse").query(
         "select t.reason, count(*) as exported, count(l.flight_id) as labelled "
         "from raw.label_tasks t left join raw.flight_labels l using (task_id) "
         "group by t.reason order by exported desc"
@@ -148,7 +166,7 @@ def write_report(
     long = weekly.melt(id_vars="week", value_vars=["flywheel", "static"], var_name="model")
     plot = out_dir / "weekly_auc.png"
     plot.write_bytes(weekly_auc_figure(long.rename(columns={"value": "auroc"}).dropna()))
-    tracker = defs.resources["tracker"]
+    tracker = resource(defs, "tracker")
     registry = pd.DataFrame(
         [
             {

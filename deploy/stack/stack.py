@@ -29,6 +29,7 @@ from deploy.stack.processes import (
     http_ok,
     write_atomically,
 )
+from pipelines.settings import SENSOR_INTERVAL, SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "flywheel"
@@ -108,6 +109,14 @@ class Stack:
             "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{ports['mlflow']}",
             "FLYWHEEL_OPTUNA_STORAGE": f"{pg}/optuna",
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+            # Where clients (the daemon-driven main job) reach the webserver's GraphQL API.
+            "FLYWHEEL_DAGSTER_URL": f"http://127.0.0.1:{ports['webserver']}",
+            # The code location's settings (pipelines/settings.py), as the shell that starts the
+            # stack sets them. On one machine every sensor is evaluated at each pass of the
+            # daemon's sensor loop (every 5 s), not every 30-60 s, so a simulated day is not spent
+            # waiting for them: an interval of 5 s would skip every other pass, by jitter.
+            SENSOR_INTERVAL: "1",
+            **{name: os.environ[name] for name in SETTINGS if os.environ.get(name)},
         }
 
     def postgres_url(self) -> str:

@@ -1,8 +1,11 @@
-"""The production-shaped stack: real PostgreSQL, S3 endpoint, MLflow server, code server, daemon.
+"""Faults on the production-shaped stack: real PostgreSQL, S3 endpoint, MLflow server, code
+server, daemon.
 
 Started by the project's own command (`python -m deploy.stack up`, what `make stack-up` runs)
 in a fresh FLYWHEEL_HOME, fed landing days through S3, and left to the daemon: the landing
-sensor's runs wait in the queue and each is launched as its own process.
+sensor's runs wait in the queue and each is launched as its own process. Then a run's process,
+the daemon or Postgres is killed or restarted, and nothing may stay STARTED, be lost or be
+duplicated. (tests/deploy/test_parity.py plays the whole loop on such a stack.)
 """
 
 from __future__ import annotations
@@ -21,48 +24,14 @@ import duckdb
 import pytest
 
 from sim.nycflights import load
+from tests.deploy.stackctl import passable, stack, stack_env
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-DAYS = ("2013-01-01", "2013-01-02")
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux", reason="the stack runs PostgreSQL from the distribution's packages"
 )
-
-
-def passable(folder: Path) -> None:
-    """Let other users (PostgreSQL's server user) pass through the folders above `folder`."""
-    for parent in [folder, *folder.parents]:
-        if str(parent) in ("/", "/tmp"):
-            break
-        if parent.stat().st_uid == os.geteuid():
-            parent.chmod(parent.stat().st_mode | 0o001)
-
-
-def stack_env(home: Path) -> dict[str, str]:
-    """This process's environment with the stack's settings (`stack.env`) over it."""
-    env = {**os.environ, "FLYWHEEL_HOME": str(home)}
-    for line in (home / "stack" / "stack.env").read_text().splitlines():
-        key, _, value = line.partition("=")
-        env[key] = value
-    return env
-
-
-def stack(verb: str, home: Path) -> str:
-    """Run `python -m deploy.stack <verb>`; its output (the test fails on a non-zero exit)."""
-    env = {**os.environ, "FLYWHEEL_HOME": str(home)}
-    done = subprocess.run(
-        [sys.executable, "-m", "deploy.stack", verb],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, f"stack {verb} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +48,16 @@ def home(tmp_path_factory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def env(home: Path) -> Iterator[dict[str, str]]:
-    """The stack's settings, also set in this process (to read its Dagster instance)."""
+    """The stack's settings, also set in this process (to read its Dagster instance); the
+    landing sensor turned on (tests/deploy/test_parity.py drives the whole loop)."""
     values = stack_env(home)
+    workspace = str(home / "stack" / "workspace.yaml")
+    subprocess.run(
+        [str(BIN / "dagster"), "sensor", "start", "landing_sensor", "-w", workspace],
+        env=values,
+        capture_output=True,
+        check=True,
+    )
     with pytest.MonkeyPatch.context() as patch:
         for key, value in values.items():
             patch.setenv(key, value)
@@ -170,61 +147,28 @@ def day_counts(home: Path) -> dict[str, tuple[int, int]]:
             time.sleep(1)
 
 
-def test_the_daemon_launches_the_landing_sensors_runs_each_in_its_own_process(home, env):
-    land(env, DAYS[0], days=len(DAYS))
-    workspace = str(home / "stack" / "workspace.yaml")
-    subprocess.run(
-        [str(BIN / "dagster"), "sensor", "start", "landing_sensor", "-w", workspace],
-        env=env,
-        capture_output=True,
-        check=True,
-    )
-
-    def all_succeeded(seen: list[dict]) -> bool:
-        return all(succeeded(day)(seen) for day in DAYS) and any(
-            r["job"] == "reference_warehouse_job" and r["status"] == "SUCCESS" for r in seen
-        )
-
-    seen = wait_for(all_succeeded, timeout_s=420)
-
-    assert {r["storage"] for r in seen} == {"PostgresRunStorage"}
-    assert {r["events"] for r in seen} == {"PostgresEventLogStorage"}
-    assert all(r["tags"].get("dagster/sensor_name") == "landing_sensor" for r in seen)
-    pids = [pid for r in seen for pid in r["pids"]]
-    services = {
-        int(re.search(r'"pid": (\d+)', p.read_text()).group(1))
-        for p in (home / "stack" / "pids").glob("*.json")
-    }
-    # One process per run, none of them a service of the stack.
-    assert len(pids) == len(seen) == len(set(pids))
-    assert not set(pids) & services
-
-    source = load()
-    expected = {day: len(source.day("flights", day)) for day in DAYS}
-    assert day_counts(home) == {day: (n, n) for day, n in expected.items()}
-
-    # Down and up again: the same state (runs in Postgres, objects in S3, the sensor's cursor).
-    stack("down", home)
-    out = stack("up", home)
-    assert "restored" in out
-    assert len(runs()) == len(seen)
-    assert "stopped" not in stack("status", home)
-
-
-def test_a_run_killed_during_its_dbt_build_is_failed_by_run_monitoring_and_retried(home, env):
+@pytest.mark.parametrize(
+    ("step", "day", "pause_s"),
+    [("raw_flights", "2013-01-06", 0.0), ("daily_dbt_models", "2013-01-03", 1.0)],
+    ids=["ingestion", "dbt-build"],
+)
+def test_a_run_killed_mid_step_is_failed_by_run_monitoring_and_retried(
+    home, env, step: str, day: str, pause_s: float
+):
     import dagster as dg
 
-    day = "2013-01-03"
     before = {r["id"] for r in runs()}
     land(env, day)
     with dg.DagsterInstance.get() as instance:
         deadline = time.monotonic() + 300
-        while (target := _in_step(instance, "daily_dbt_models", before)) is None:
-            assert time.monotonic() < deadline, "no run of the day reached its dbt build"
-            time.sleep(0.3)
+        while (target := _in_step(instance, step, before)) is None:
+            assert time.monotonic() < deadline, f"no run of the day reached step {step}"
+            time.sleep(0.05)
         run_id, pid = target
-        time.sleep(1.0)  # inside the build: dbt runs in the run's process
+        time.sleep(pause_s)  # inside the step: dbt, like ingestion, runs in the run's process
         os.kill(pid, signal.SIGKILL)
+        finished = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)
+        assert step not in {entry.step_key for entry in finished}, f"killed after {step} ended"
 
     def retried(seen: list[dict]) -> bool:
         return any(

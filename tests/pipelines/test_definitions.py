@@ -41,10 +41,10 @@ def test_definitions_load_with_every_stage_grouped(flywheel):
         "dataset_job",
         "retraining_job",
     }
-    for sensor in ("landing_sensor", "inbox_sensor", "drift_sensor", "performance_sensor"):
+    sensors = ("landing_sensor", "label_export_sensor", "inbox_sensor", "drift_sensor")
+    for sensor in (*sensors, "performance_sensor"):
         assert defs.resolve_sensor_def(sensor) is not None
-    for schedule in ("label_export_schedule", "retraining_schedule"):
-        assert defs.resolve_schedule_def(schedule) is not None
+    assert [s.name for s in defs.schedules] == ["retraining_schedule"]
     # The retraining run closes the loop: newest labels -> dataset -> model -> gate.
     retraining = defs.resolve_job_def("retraining_job").asset_layer.executable_asset_keys
     assert {k.to_user_string() for k in retraining} == {

@@ -319,7 +319,9 @@ def test_a_retraining_killed_mid_training_does_not_stop_the_next_one(played, tmp
         assert [r.dagster_run.status for r in retries] == [dg.DagsterRunStatus.SUCCESS]
         # The next trigger (Monday's schedule) still requests a retraining, which completes.
         monday = datetime.combine(NEXT + timedelta(days=(7 - NEXT.weekday()) % 7), time(4))
-        tick = driver.schedule.tick(monday.replace(tzinfo=UTC))
+        tick = driver.submit(
+            driver.schedule.requests(monday.replace(tzinfo=UTC)), driver.schedule.origin
+        )
         assert [job for job, *_ in tick.runs] == ["retraining_job"]
         (run_id,) = [run_id for *_, run_id in tick.runs]
         assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS

@@ -209,15 +209,14 @@ def test_a_schedule_tick_in_the_simulator_leaves_no_instance_open(triggers) -> N
     from dagster._core.storage.defs_state.base import DefsStateStorage
 
     from sim.driver import ScheduleTicker
-    from sim.executor import RunExecutor
 
     defs, *_ = triggers
     with dg.instance_for_test() as instance:
         add_retraining(instance, "2013-10-06")  # the tick requests nothing: no run to execute
         current = DefsStateStorage.get()
         assert current is instance.defs_state_storage
-        ticked = ScheduleTicker(RunExecutor(defs, instance), "retraining_schedule").tick(
+        requests = ScheduleTicker(defs, instance, "retraining_schedule").requests(
             datetime(2013, 10, 7, 4, tzinfo=UTC)
         )
         assert DefsStateStorage.get() is current
-    assert ticked.runs == []
+    assert requests == []

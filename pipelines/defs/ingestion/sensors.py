@@ -25,15 +25,17 @@ def build_landing_sensor(
     reference_job: "UnresolvedAssetJobDefinition",
     daily_downstream: Sequence[dg.AssetKey],
     reference_downstream: Sequence[dg.AssetKey],
+    interval_s: int | None = None,
 ) -> dg.SensorDefinition:
     """A sensor that requests one run per landing day whose files are new or replaced, and
-    reports the daily feeds' freshness checks when their files change."""
+    reports the daily feeds' freshness checks when their files change; evaluated every
+    `interval_s` seconds at least (default 30)."""
     freshness = load_feed_checks(task).freshness
 
     @dg.sensor(
         name="landing_sensor",
         jobs=[daily_job, reference_job],
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=interval_s or 30,
         description="Requests ingestion and warehouse runs for new or replaced landing files; "
         "reports each daily feed's freshness against the landing frontier.",
     )

@@ -57,8 +57,11 @@ def _event_sensor(
     job: "UnresolvedAssetJobDefinition",
     policy: MonitoringPolicy,
     description: str,
+    interval_s: int | None,
 ) -> dg.SensorDefinition:
-    @dg.sensor(name=name, job=job, minimum_interval_seconds=60, description=description)
+    @dg.sensor(
+        name=name, job=job, minimum_interval_seconds=interval_s or 60, description=description
+    )
     def event_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         state = json.loads(context.cursor) if context.cursor else {}
         after, last_day = state.get("after_storage_id"), state.get("last_trigger_day")
@@ -100,9 +103,10 @@ def _event_sensor(
 
 
 def build_monitoring_triggers(
-    job: "UnresolvedAssetJobDefinition", policy: MonitoringPolicy
+    job: "UnresolvedAssetJobDefinition", policy: MonitoringPolicy, interval_s: int | None = None
 ) -> tuple[dg.SensorDefinition, dg.SensorDefinition, dg.ScheduleDefinition]:
-    """`drift_sensor`, `performance_sensor` and `retraining_schedule`, all requesting `job`."""
+    """`drift_sensor`, `performance_sensor` (evaluated every `interval_s` seconds at least,
+    default 60) and `retraining_schedule`, all requesting `job`."""
     drift = _event_sensor(
         "drift_sensor",
         dg.AssetKey("feature_drift"),
@@ -110,6 +114,7 @@ def build_monitoring_triggers(
         job,
         policy,
         "Request a retraining when a day's feature or score drift crosses the thresholds.",
+        interval_s,
     )
     performance = _event_sensor(
         "performance_sensor",
@@ -118,6 +123,7 @@ def build_monitoring_triggers(
         job,
         policy,
         "Request a retraining when the champion's realized performance falls below validation.",
+        interval_s,
     )
 
     @dg.schedule(

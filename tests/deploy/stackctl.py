@@ -1,0 +1,44 @@
+"""Start, stop and read the settings of a stack in a test's FLYWHEEL_HOME."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def passable(folder: Path) -> None:
+    """Let other users (PostgreSQL's server user) pass through the folders above `folder`."""
+    for parent in [folder, *folder.parents]:
+        if str(parent) in ("/", "/tmp"):
+            break
+        if parent.stat().st_uid == os.geteuid():
+            parent.chmod(parent.stat().st_mode | 0o001)
+
+
+def stack_env(home: Path) -> dict[str, str]:
+    """This process's environment with the stack's settings (`stack.env`) over it."""
+    env = {**os.environ, "FLYWHEEL_HOME": str(home)}
+    for line in (home / "stack" / "stack.env").read_text().splitlines():
+        key, _, value = line.partition("=")
+        env[key] = value
+    return env
+
+
+def stack(verb: str, home: Path) -> str:
+    """Run `python -m deploy.stack <verb>`; its output (the test fails on a non-zero exit)."""
+    env = {**os.environ, "FLYWHEEL_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-m", "deploy.stack", verb],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, f"stack {verb} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout

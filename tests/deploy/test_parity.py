@@ -1,0 +1,148 @@
+"""The same loop, whoever drives it.
+
+The main job plays the same days twice: in process on the embedded defaults (the driver ticks
+the sensors and executes their runs itself), and through a production-shaped stack (the real
+daemon evaluates the sensors, the queue launches every run as its own process, on Postgres, S3
+and an MLflow server). The first model is trained in both, on the fourth day.
+They must agree on every run (job, partition, what asked for it, its run key), every dataset's
+DVC hash and every promotion decision: the runs are deterministic.
+
+One difference is named and masked: a run key of the landing or inbox sensor holds each file's
+version, a content hash for a local file and an ETag on S3 (the same file, two backends).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.lib.datasets import init_repository
+from tests.deploy.stackctl import passable, stack, stack_env
+
+REPO = Path(__file__).resolve().parents[2]
+# The first model after four days: three of them labelled (train, validation, test).
+START, DAYS, BOOTSTRAP = "2013-02-27", 4, 4
+BUDGET = {
+    "FLYWHEEL_TRIALS": "1",
+    "FLYWHEEL_MAX_EPOCHS": "2",
+    "FLYWHEEL_VALIDATION_DAYS": "1",
+    "FLYWHEEL_TEST_DAYS": "1",
+}
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux", reason="the stack runs PostgreSQL from the distribution's packages"
+)
+
+
+def main_job(env: dict[str, str], *flags: str) -> dict:
+    """Play the days with `env`, then the loop it left on its instance."""
+    args = ["--start", START, "--days", str(DAYS), "--bootstrap-days", str(BOOTSTRAP), *flags]
+    played = subprocess.run(
+        [sys.executable, "-m", "sim", "run", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
+    )
+    assert played.returncode == 0, f"the main job failed:\n{played.stdout}\n{played.stderr}"
+    return summary(env)
+
+
+def summary(env: dict[str, str]) -> dict:
+    """The loop on the instance of `env`."""
+    read = subprocess.run(
+        [sys.executable, "-m", "tests.deploy.loop_summary"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(read.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory) -> dict:
+    home = tmp_path_factory.mktemp("embedded")
+    (home / "dagster").mkdir()
+    (home / "dagster" / "dagster.yaml").write_text((REPO / "deploy" / "dagster.yaml").read_text())
+    init_repository(home / "data")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("FLYWHEEL_", "DAGSTER_"))},
+        **BUDGET,
+        "FLYWHEEL_ENV": "local",
+        "FLYWHEEL_HOME": str(home),
+        "DAGSTER_HOME": str(home / "dagster"),
+        "FLYWHEEL_DVC_REPO": str(home / "data"),
+    }
+    return main_job(env)
+
+
+@pytest.fixture(scope="module")
+def through_the_daemon(tmp_path_factory) -> dict:
+    home = tmp_path_factory.mktemp("stack")
+    passable(home)
+    # The code location's retraining settings come from the shell that starts the stack.
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in BUDGET.items():
+            patch.setenv(key, value)
+        try:
+            stack("up", home)
+            env = stack_env(home)
+            loop = main_job(env, "--daemon")
+            services = {
+                int(json.loads(p.read_text())["pid"]) for p in (home / "stack" / "pids").glob("*")
+            }
+            # Down and up again: the same state (runs in Postgres, objects in S3, sensor cursors).
+            stack("down", home)
+            assert "restored" in stack("up", home)
+            yield {**loop, "services": sorted(services), "after_restart": summary(env)}
+        finally:
+            stack("down", home)
+
+
+def test_the_daemon_driven_stack_plays_the_same_loop_as_the_in_process_driver(
+    in_process: dict, through_the_daemon: dict
+):
+    runs = in_process["runs"]
+    jobs = {job for job, *_ in runs}
+    assert jobs == {
+        "reference_warehouse_job",
+        "daily_warehouse_job",
+        "label_export_job",
+        "label_import_job",
+        "retraining_job",
+    }
+    origins = {origin for job, _, origin, _ in runs if job == "retraining_job"}
+    assert origins == {"operator:bootstrap"}
+    assert through_the_daemon["runs"] == runs
+    assert len(in_process["datasets"]) == 1
+    assert through_the_daemon["datasets"] == in_process["datasets"]
+    assert len(in_process["decisions"]) == 1
+    assert through_the_daemon["decisions"] == in_process["decisions"]
+
+
+def test_in_process_every_run_shares_one_process_and_through_the_daemon_each_has_its_own(
+    in_process: dict, through_the_daemon: dict
+):
+    assert all(name.startswith("Sqlite") for name in in_process["storage"])
+    assert len({pid for pids in in_process["pids"] for pid in pids}) == 1
+    assert through_the_daemon["storage"] == ["PostgresRunStorage", "PostgresEventLogStorage"]
+    pids = [pid for pids in through_the_daemon["pids"] for pid in pids]
+    assert len(pids) == len(through_the_daemon["runs"]) == len(set(pids))
+    assert not set(pids) & set(through_the_daemon["services"])
+
+
+def test_the_stack_stopped_and_started_again_keeps_the_loop(through_the_daemon: dict):
+    after = through_the_daemon["after_restart"]
+    assert {k: after[k] for k in ("runs", "datasets", "decisions")} == {
+        k: through_the_daemon[k] for k in ("runs", "datasets", "decisions")
+    }
