@@ -14,8 +14,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.registry import NoChampionError, champion, registered_name, rollback, versions
-from pipelines.lib.tracking import tracker_resource
+from pipelines.lib.tracking import MlflowTracker, tracker_resource
 from pipelines.resources import current_env, flywheel_home
 
 
@@ -33,24 +34,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; 1 with a message on stderr when the registry says no."""
+    """Run the command line; 1 with a message on stderr when the registry or a setting says no."""
     args = build_parser().parse_args(argv)
-    tracker = tracker_resource(current_env(), flywheel_home())
-    name = registered_name(args.task)
+    resource = tracker_resource(current_env(), flywheel_home())
     try:
-        if args.command == "rollback":
-            restored = rollback(tracker, name, args.to)
-            print(f"{name}: champion is now version {restored.version} ({restored.uri})")
-            return 0
-        current = champion(tracker, name)
-        for v in versions(tracker, name):
-            mark = "*" if current and v.version == current.version else " "
-            decision = v.tags.get("flywheel.decision", "undecided")
-            print(f"{mark} {v.version:>4}  {decision:<9} {v.tags.get('flywheel.reason', '')}")
-        return 0
-    except (NoChampionError, ValueError) as e:
+        # Initialized, not just built: in prod the tracking URI is an EnvVar until then.
+        with resource.process_config_and_initialize_cm() as tracker:
+            return run(args, tracker)
+    except (NoChampionError, ValueError, ConfigurationError) as e:
         print(f"flywheel-models: {e}", file=sys.stderr)
         return 1
+
+
+def run(args: argparse.Namespace, tracker: MlflowTracker) -> int:
+    """List the versions of the task's model, or roll its champion back."""
+    name = registered_name(args.task)
+    if args.command == "rollback":
+        restored = rollback(tracker, name, args.to)
+        print(f"{name}: champion is now version {restored.version} ({restored.uri})")
+        return 0
+    current = champion(tracker, name)
+    for v in versions(tracker, name):
+        mark = "*" if current and v.version == current.version else " "
+        decision = v.tags.get("flywheel.decision", "undecided")
+        print(f"{mark} {v.version:>4}  {decision:<9} {v.tags.get('flywheel.reason', '')}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from pipelines.lib.datasets import DvcDatasetStore
+from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.landing_zone import LandingZone, LocalLandingZone, S3LandingZone
 from pipelines.lib.warehouse import DuckDBWarehouse
 
@@ -44,7 +45,7 @@ def required_env(name: str) -> str:
     """The value of environment variable `name`; a clear error naming it when unset."""
     value = os.environ.get(name)
     if not value:
-        raise RuntimeError(f"FLYWHEEL_ENV={current_env()} needs environment variable {name}")
+        raise ConfigurationError(f"FLYWHEEL_ENV={current_env()} needs environment variable {name}")
     return value
 
 

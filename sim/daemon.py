@@ -251,7 +251,9 @@ class DaemonDriver(Driver):
         )
         self.last_change = time.time()
         for summary in self.react().runs:
-            if summary[3] == run_id:
+            # The run itself, or its retry if run monitoring failed it.
+            run = self.instance.get_run_by_id(summary[3])
+            if run is not None and run_id in (run.run_id, run.tags.get("dagster/root_run_id")):
                 return summary
         raise DaemonDriveError(f"the operator's retraining run {run_id} did not succeed")
 

@@ -208,6 +208,8 @@ class Stack:
         postgres.create_databases(self.postgres_url())
         services = self.services()
         for name in SERVICES:
+            if name == "code_server":
+                self.preflight()
             started = self.processes.start(services[name], env, timeout_s)
             if started:
                 say(f"{name:<13} {describe(self, name)}")
@@ -218,6 +220,17 @@ class Stack:
         ui = describe(self, "webserver")
         say(f"stack up in {time.monotonic() - began:.0f} s; the Dagster UI: {ui}")
         say(f"its settings (FLYWHEEL_ENV=prod; secrets, readable by you only): {self.env_file}")
+
+    def preflight(self) -> None:
+        """Every setting the code location and its runs need names a service that answers
+        (pipelines/preflight.py), before the Dagster processes start."""
+        from pipelines.lib.errors import ConfigurationError
+        from pipelines.preflight import require_settings
+
+        try:
+            require_settings()
+        except ConfigurationError as e:
+            raise StackError(f"the stack's settings fail their checks:\n{e}") from e
 
     def down(self, say: Callable[[str], None] = print) -> None:
         """Stop every process; the state stays (S3's objects are saved first)."""

@@ -18,6 +18,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from pipelines.lib.errors import ConfigurationError, probe_bucket
+
+# Where the prod remote comes from (resources.py), named in configuration errors.
+REMOTE_SETTING = "FLYWHEEL_DVC_REMOTE"
+
 
 class DvcCommandError(RuntimeError):
     """A dvc command failed; the message holds the command and what dvc printed."""
@@ -57,6 +62,15 @@ class DvcDatasetStore(dg.ConfigurableResource):
             )
         return out.stdout
 
+    def check(self, timeout_s: float = 5.0) -> None:
+        """ConfigurationError naming FLYWHEEL_DVC_REMOTE when its S3 bucket cannot be listed."""
+        if not self.remote_url.startswith("s3://"):
+            return
+        bucket = self.remote_url.removeprefix("s3://").split("/", 1)[0]
+        if not bucket:
+            raise ConfigurationError(f"{REMOTE_SETTING}={self.remote_url!r} names no bucket")
+        probe_bucket(bucket, REMOTE_SETTING, self.endpoint_url, timeout_s)
+
     def configure_remote(self) -> None:
         """Point the repository's default remote at `remote_url` (machine-local config)."""
         self.dvc(
@@ -69,6 +83,8 @@ class DvcDatasetStore(dg.ConfigurableResource):
 
     def save(self, name: str, splits: dict[str, pd.DataFrame]) -> DatasetVersion:
         """Write each split as `datasets/<name>/<split>.parquet`, track the folder, push it."""
+        # A wrong remote fails here in a second, naming its setting, not after dvc's retries.
+        self.check()
         folder = Path(self.repo_dir) / "datasets" / name
         if folder.exists():
             shutil.rmtree(folder)
@@ -81,21 +97,19 @@ class DvcDatasetStore(dg.ConfigurableResource):
             pq.write_table(table, files[split], compression="zstd")
         relative = folder.relative_to(self.repo_dir).as_posix()
         self.configure_remote()
-        self.dvc("add", "--quiet", relative)
+        # No --quiet anywhere: it hides dvc's error messages too.
+        self.dvc("add", relative)
         pointer = folder.with_name(f"{name}.dvc")
         self.dvc(
-            "push",
-            "--quiet",
-            "--remote",
-            self.remote_name,
-            pointer.relative_to(self.repo_dir).as_posix(),
+            "push", "--remote", self.remote_name, pointer.relative_to(self.repo_dir).as_posix()
         )
         return DatasetVersion(read_dvc_hash(pointer), folder, pointer, files)
 
     def pull(self, name: str) -> Path:
         """Fetch the files of the committed pointer `datasets/<name>.dvc` from the remote."""
+        self.check()
         self.configure_remote()
-        self.dvc("pull", "--quiet", "--remote", self.remote_name, f"datasets/{name}.dvc")
+        self.dvc("pull", "--remote", self.remote_name, f"datasets/{name}.dvc")
         return Path(self.repo_dir) / "datasets" / name
 
 

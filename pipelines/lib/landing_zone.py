@@ -18,6 +18,11 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import PrivateAttr
 
+from pipelines.lib.errors import probe_bucket, s3_errors
+
+# Where the prod bucket comes from (resources.py), named in configuration errors.
+BUCKET_SETTING = "FLYWHEEL_LANDING_BUCKET"
+
 
 @dataclass(frozen=True, order=True)
 class LandingFile:
@@ -47,6 +52,9 @@ class LandingZone(dg.ConfigurableResource, ABC):
     @abstractmethod
     def uri(self) -> str:
         """Where the root lives, for logs and metadata."""
+
+    def check(self, timeout_s: float = 5.0) -> None:
+        """ConfigurationError naming the setting at fault when the zone cannot be reached."""
 
 
 class LocalLandingZone(LandingZone):
@@ -117,6 +125,8 @@ class S3LandingZone(LandingZone):
         # Building a client loads a boto3 session (tens to hundreds of ms): once per instance,
         # not once per file. boto3 clients are thread-safe.
         if self._cached_client is None:
+            # A wrong bucket or endpoint fails here in a second, not after the client's retries.
+            self.check()
             self._cached_client = self.s3.get_client()
         return self._cached_client
 
@@ -127,36 +137,47 @@ class S3LandingZone(LandingZone):
     def _object_key(self, key: str) -> str:
         return f"{self.prefix.rstrip('/')}/{key}" if self.prefix else key
 
+    def check(self, timeout_s: float = 5.0) -> None:
+        # One attempt with short timeouts and the default credentials (as resources.py's
+        # S3Resource has them); the operations below retry as the S3 resource says.
+        probe_bucket(self.bucket, BUCKET_SETTING, self.s3.endpoint_url, timeout_s)
+
     def list_files(self, prefix: str = "") -> list[LandingFile]:
         client = self._client()
         root = f"{self.prefix.rstrip('/')}/" if self.prefix else ""
         files = []
-        for page in client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=root + prefix
-        ):
-            for obj in page.get("Contents", []):
-                key = obj["Key"][len(root) :]
-                files.append(LandingFile(key, obj["ETag"].strip('"'), obj["Size"]))
+        with s3_errors(self.bucket, BUCKET_SETTING, self.s3.endpoint_url):
+            for page in client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=root + prefix
+            ):
+                for obj in page.get("Contents", []):
+                    key = obj["Key"][len(root) :]
+                    files.append(LandingFile(key, obj["ETag"].strip('"'), obj["Size"]))
         return sorted(files)
 
     def read_bytes(self, key: str) -> bytes:
         client = self._client()
-        try:
-            return client.get_object(Bucket=self.bucket, Key=self._object_key(key))["Body"].read()
-        except client.exceptions.NoSuchKey as e:
-            raise FileNotFoundError(f"no file {key!r} in landing zone {self.uri}") from e
+        with s3_errors(self.bucket, BUCKET_SETTING, self.s3.endpoint_url):
+            try:
+                obj = client.get_object(Bucket=self.bucket, Key=self._object_key(key))
+            except client.exceptions.NoSuchKey as e:
+                raise FileNotFoundError(f"no file {key!r} in landing zone {self.uri}") from e
+            return obj["Body"].read()
 
     def write_bytes(self, key: str, data: bytes) -> bool:
         client = self._client()
         object_key = self._object_key(key)
-        try:
-            etag = client.head_object(Bucket=self.bucket, Key=object_key)["ETag"].strip('"')
-        except client.exceptions.ClientError as e:
-            if e.response["Error"]["Code"] not in ("404", "NoSuchKey", "NotFound"):
-                raise
-            etag = None
-        # A single-part upload's ETag is the MD5 of its content: same bytes, same ETag.
-        if etag == hashlib.md5(data).hexdigest():
-            return False
-        client.put_object(Bucket=self.bucket, Key=object_key, Body=data)  # atomic in S3
+        with s3_errors(self.bucket, BUCKET_SETTING, self.s3.endpoint_url):
+            try:
+                etag = client.head_object(Bucket=self.bucket, Key=object_key)["ETag"].strip('"')
+            except client.exceptions.ClientError as e:
+                # A HEAD answer has no body, so a missing bucket is a bare 404 too: the
+                # put_object below names it.
+                if e.response["Error"]["Code"] not in ("404", "NoSuchKey", "NotFound"):
+                    raise
+                etag = None
+            # A single-part upload's ETag is the MD5 of its content: same bytes, same ETag.
+            if etag == hashlib.md5(data).hexdigest():
+                return False
+            client.put_object(Bucket=self.bucket, Key=object_key, Body=data)  # atomic in S3
         return True

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
+from pydantic import PrivateAttr
+
+from pipelines.lib.errors import ConfigurationError, reason, redact
 
 # MLflow and Optuna are imported where they are used: the code location loads this module in
 # every run's step processes, and only the training step needs them.
@@ -30,6 +33,9 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SQLITE_PREFIX = "sqlite:///"
+# Where the prod locations come from (tracker_resource, tuning_storage), named in errors.
+TRACKING_SETTING = "MLFLOW_TRACKING_URI"
+STORAGE_SETTING = "FLYWHEEL_OPTUNA_STORAGE"
 
 
 class MlflowTracker(dg.ConfigurableResource):
@@ -40,9 +46,19 @@ class MlflowTracker(dg.ConfigurableResource):
     experiment: str = "flywheel-flights"
     # Used only when the experiment is created; a tracking server chooses its own otherwise.
     artifact_location: str | None = None
+    _reachable: bool = PrivateAttr(default=False)
+
+    def check(self, timeout_s: float = 5.0) -> None:
+        """ConfigurationError naming MLFLOW_TRACKING_URI when its server does not answer."""
+        if self._reachable or not self.tracking_uri.startswith(("http://", "https://")):
+            return
+        _probe_server(self.tracking_uri, timeout_s)
+        self._reachable = True
 
     def client(self) -> MlflowClient:
         """A client bound to this store, independent of the process-wide MLflow settings."""
+        # MLflow retries a refused connection for minutes; a wrong URI fails here in seconds.
+        self.check()
         from mlflow import MlflowClient
 
         return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.registry_uri)
@@ -173,7 +189,26 @@ def tracker_resource(env: str, home: Path) -> MlflowTracker:
             tracking_uri=f"{SQLITE_PREFIX}{root / 'mlflow.db'}",
             artifact_location=(root / "artifacts").as_uri(),
         )
-    return MlflowTracker(tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI"))
+    return MlflowTracker(tracking_uri=dg.EnvVar(TRACKING_SETTING))
+
+
+def _probe_server(uri: str, timeout_s: float) -> None:
+    import http.client
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return  # it answered: what it said is for MLflow's own requests to report
+    except (OSError, http.client.HTTPException) as e:
+        # TLS is MLflow's to judge (MLFLOW_TRACKING_INSECURE_TLS, MLFLOW_TRACKING_SERVER_CERT_PATH).
+        if isinstance(getattr(e, "reason", e), ssl.SSLError):
+            return
+        raise ConfigurationError(
+            f"MLflow tracking server {redact(uri)} ({TRACKING_SETTING}) is unreachable: {reason(e)}"
+        ) from e
 
 
 class TuningStorage(dg.ConfigurableResource):
@@ -181,9 +216,16 @@ class TuningStorage(dg.ConfigurableResource):
 
     location: str
 
-    def for_study(self, study_name: str) -> str:
-        """The storage of one study, as `ml.config.TuneConfig.storage` takes it."""
+    def check(self, timeout_s: float = 5.0) -> None:
+        """ConfigurationError naming FLYWHEEL_OPTUNA_STORAGE when its database cannot be opened."""
         if "://" in self.location:
+            _open_database(self.location, timeout_s)
+
+    def for_study(self, study_name: str) -> str:
+        """The storage of one study, as `ml.config.TuneConfig.storage` takes it; a database is
+        opened first, so a wrong URL fails before training starts, not deep inside the study."""
+        if "://" in self.location:
+            self.check()
             return self.location
         return str(Path(self.location) / f"{study_name}.journal")
 
@@ -192,7 +234,35 @@ def tuning_storage(env: str, home: Path) -> TuningStorage:
     """Study storage of `env`: journals under `home/optuna`, `FLYWHEEL_OPTUNA_STORAGE` in prod."""
     if env == "local":
         return TuningStorage(location=str(home / "optuna"))
-    return TuningStorage(location=dg.EnvVar("FLYWHEEL_OPTUNA_STORAGE"))
+    return TuningStorage(location=dg.EnvVar(STORAGE_SETTING))
+
+
+def _open_database(url: str, timeout_s: float) -> None:
+    import sqlalchemy
+    from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+    named = f"Optuna study storage {redact(url)} ({STORAGE_SETTING})"
+    try:
+        parsed = sqlalchemy.make_url(url)
+        # libpq and MySQL drivers wait minutes for a silent host unless told otherwise.
+        timeout = {"connect_timeout": max(1, round(timeout_s))}
+        connect_args = timeout if parsed.get_backend_name() in ("postgresql", "mysql") else {}
+        engine = sqlalchemy.create_engine(parsed, connect_args=connect_args)
+    except (ArgumentError, NoSuchModuleError) as e:
+        raise ConfigurationError(f"{named} is not a database URL SQLAlchemy knows: {e}") from e
+    except ImportError as e:
+        raise ConfigurationError(
+            f"{named} needs a database driver that is not installed ({e}); name an installed "
+            "one in the URL, e.g. postgresql+psycopg2://"
+        ) from e
+    try:
+        with engine.connect():
+            pass
+    except DBAPIError as e:
+        why = str(e.orig).strip().splitlines()[0] if e.orig is not None else reason(e)
+        raise ConfigurationError(f"{named} cannot be opened: {why}") from e
+    finally:
+        engine.dispose()
 
 
 @contextmanager

@@ -164,8 +164,10 @@ def test_stores_follow_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
     assert journal == str(tmp_path / "optuna" / "flights-abc.journal")
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://mlflow.example.com")
-    monkeypatch.setenv("FLYWHEEL_OPTUNA_STORAGE", "postgresql://optuna@db/optuna")
+    # A database URL is opened before it is handed on: one that opens without a server.
+    database = f"sqlite:///{tmp_path / 'optuna.db'}"
+    monkeypatch.setenv("FLYWHEEL_OPTUNA_STORAGE", database)
     prod = tracker_resource("prod", tmp_path).process_config_and_initialize()
     assert prod.tracking_uri == "https://mlflow.example.com" and prod.artifact_location is None
     studies = tuning_storage("prod", tmp_path).process_config_and_initialize()
-    assert studies.for_study("flights-abc") == "postgresql://optuna@db/optuna"
+    assert studies.for_study("flights-abc") == database

@@ -1,0 +1,120 @@
+"""Configuration errors: a wrong or missing setting is named, with its value and what went wrong.
+
+Resources catch the specific errors a library raises where they talk to a service and raise
+`ConfigurationError` from them, so an operator reads "bucket 'x' (FLYWHEEL_LANDING_BUCKET) does
+not exist", not a traceback from deep inside boto3, MLflow or SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+S3_ENDPOINT_SETTING = "FLYWHEEL_S3_ENDPOINT_URL"
+
+
+class ConfigurationError(RuntimeError):
+    """A setting (an environment variable) is missing or wrong; the message names it."""
+
+
+def redact(url: str) -> str:
+    """`url` with the password of its user, if any, replaced by `***`."""
+    parts = urlsplit(url)
+    user, at, host = parts.netloc.rpartition("@")
+    if not at or ":" not in user:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+
+
+def reason(error: BaseException) -> str:
+    """Why a connection failed, in a few words: the innermost OS error ('connection refused')."""
+    causes = [
+        e
+        for e in _chain(error)
+        if isinstance(e, OSError) and (e.strerror or isinstance(e, TimeoutError))
+    ]
+    if not causes:
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+    return (causes[-1].strerror or "timed out").lower()
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and not any(current is seen for seen in chain):
+        chain.append(current)
+        # urllib keeps the socket's error in `reason`, botocore in `kwargs["error"]` (its
+        # retries re-raise it, so its context may be whatever was being handled then).
+        kwargs = getattr(current, "kwargs", None)
+        kept = kwargs.get("error") if isinstance(kwargs, dict) else None
+        for inner in (getattr(current, "reason", None), kept, current.__cause__):
+            if isinstance(inner, BaseException):
+                break
+        else:
+            inner = current.__context__
+        current = inner
+    return chain
+
+
+def s3_location(endpoint_url: str | None) -> str:
+    """Where S3 requests go, naming the setting that chose it."""
+    if endpoint_url:
+        return f"S3 endpoint {redact(endpoint_url)} ({S3_ENDPOINT_SETTING})"
+    return f"AWS S3 ({S3_ENDPOINT_SETTING} unset)"
+
+
+@contextmanager
+def s3_errors(bucket: str, setting: str, endpoint_url: str | None) -> Iterator[None]:
+    """Turn what boto3 raises for a wrong bucket, endpoint or credentials into ConfigurationError.
+
+    `setting` names the environment variable the bucket comes from; other errors pass unchanged.
+    """
+    from botocore.exceptions import (
+        ClientError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        ParamValidationError,
+    )
+
+    where, named = s3_location(endpoint_url), f"bucket {bucket!r} ({setting})"
+    try:
+        yield
+    except ClientError as e:
+        code = e.response.get("Error", {}).get("Code", "")
+        if code == "NoSuchBucket":
+            raise ConfigurationError(f"{named} does not exist at {where}") from e
+        if code == "InvalidBucketName":
+            raise ConfigurationError(f"{named} is not a valid bucket name") from e
+        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
+            raise ConfigurationError(
+                f"{where} refuses {named} to the AWS credentials "
+                f"(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY): {code}"
+            ) from e
+        raise
+    except (EndpointConnectionError, ConnectTimeoutError) as e:
+        raise ConfigurationError(f"{where} is unreachable: {reason(e)}") from e
+    except NoCredentialsError as e:
+        raise ConfigurationError(
+            f"no AWS credentials for {where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+            "(or AWS_PROFILE)"
+        ) from e
+    except ParamValidationError as e:
+        if "bucket" not in str(e).lower():
+            raise
+        raise ConfigurationError(f"{named} is not a valid bucket name") from e
+
+
+def probe_bucket(bucket: str, setting: str, endpoint_url: str | None, timeout_s: float) -> None:
+    """List `bucket` once, with `timeout_s` to connect and to answer and no retries."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        connect_timeout=timeout_s, read_timeout=timeout_s, retries={"total_max_attempts": 1}
+    )
+    # A session of its own: boto3's default one is not safe to share between sensor threads.
+    client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+    with s3_errors(bucket, setting, endpoint_url):
+        client.list_objects_v2(Bucket=bucket, MaxKeys=1)
