@@ -69,11 +69,13 @@ stack-down: setup
 stack-status: setup
 	$(PY) -m deploy.stack status
 
-# The main job driven by the stack's daemon (a process per run): START, DAYS and RUN_ARGS as for
-# `make flywheel`, with the stack's settings (its stack.env). The stack must be up.
+# The main job driven by the stack's daemon (a process per run), with the stack's settings (its
+# stack.env). The stack must be up, started with held-out windows the bootstrap days can hold,
+# e.g. `FLYWHEEL_VALIDATION_DAYS=1 FLYWHEEL_TEST_DAYS=1 FLYWHEEL_TRIALS=1 FLYWHEEL_MAX_EPOCHS=2
+# make stack-up` (README, Production).
 STACK_DAYS ?= 10
 STACK_START ?= 2013-08-20
-STACK_ARGS ?= --bootstrap-days 7
+STACK_ARGS ?= --bootstrap-days 5
 stack-flywheel: setup
 	@test -f $(FLYWHEEL_HOME)/stack/stack.env || { echo "no stack under $(FLYWHEEL_HOME): make stack-up first" >&2; exit 1; }
 	set -a && . $(FLYWHEEL_HOME)/stack/stack.env && set +a && \
