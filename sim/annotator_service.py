@@ -9,7 +9,6 @@ and started again answers the same, byte for byte.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from sim.clock import write_json
+from sim.clock import read_day, write_json
 from sim.labeling import LabelingService
 
 POLL_S = 0.2
@@ -34,12 +33,7 @@ def folder(home: Path) -> Path:
 
 
 def _read_day(path: Path) -> date | None:
-    if not path.exists():
-        return None
-    try:
-        return date.fromisoformat(json.loads(path.read_text())["day"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"unreadable annotator state {path}: {e}") from e
+    return read_day(path, "day", "annotator state")
 
 
 def serve(home: Path, service: LabelingService, poll_s: float = POLL_S) -> None:

@@ -16,15 +16,20 @@ def clock_path(home: Path) -> Path:
     return home / "sim" / "clock.json"
 
 
-def read_clock(home: Path) -> date | None:
-    """The last landed day, or None before the first advance."""
-    path = clock_path(home)
+def read_day(path: Path, key: str, what: str) -> date | None:
+    """The day under `key` of JSON file `path`, None if there is no file; an error naming
+    `what` and the file if it cannot be read."""
     if not path.exists():
         return None
     try:
-        return date.fromisoformat(json.loads(path.read_text())["last_landed_day"])
+        return date.fromisoformat(json.loads(path.read_text())[key])
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"unreadable simulated clock {path}: {e}") from e
+        raise ValueError(f"unreadable {what} {path}: {e}") from e
+
+
+def read_clock(home: Path) -> date | None:
+    """The last landed day, or None before the first advance."""
+    return read_day(clock_path(home), "last_landed_day", "simulated clock")
 
 
 def write_clock(home: Path, day: date) -> None:

@@ -182,6 +182,8 @@ class DaemonDriver(Driver):
                 else:
                     raise RunFailedError(self._failure(run))
             last_end = max(last_end, record.end_time or 0)
+        if pending:  # the sensors' ticks matter once no run is left
+            return pending
         for name, state in self._states(InstigatorType.SENSOR).items():
             ticks = self.instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
             tick = ticks[0] if ticks else None

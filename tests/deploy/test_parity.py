@@ -39,34 +39,33 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def main_job(env: dict[str, str], *flags: str) -> dict:
-    """Play the days with `env`, then the loop it left on its instance."""
-    args = ["--start", START, "--days", str(DAYS), "--bootstrap-days", str(BOOTSTRAP), *flags]
-    played = subprocess.run(
-        [sys.executable, "-m", "sim", "run", *args],
+def python(module: str, args: list[str], env: dict[str, str], timeout_s: int) -> str:
+    """Run `python -m module args` with `env`; its standard output (the test fails, showing
+    both outputs, on a non-zero exit)."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=timeout_s,
         check=False,
     )
-    assert played.returncode == 0, f"the main job failed:\n{played.stdout}\n{played.stderr}"
+    assert done.returncode == 0, f"{module} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def main_job(env: dict[str, str], *flags: str) -> dict:
+    """Play the days with `env`, then the loop it left on its instance."""
+    args = ["--start", START, "--days", str(DAYS), "--bootstrap-days", str(BOOTSTRAP), *flags]
+    python("sim", ["run", *args], env, timeout_s=1500)
     return summary(env)
 
 
 def summary(env: dict[str, str]) -> dict:
     """The loop on the instance of `env`."""
-    read = subprocess.run(
-        [sys.executable, "-m", "tests.deploy.loop_summary"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    return json.loads(read.stdout.splitlines()[-1])
+    out = python("tests.deploy.loop_summary", [], env, timeout_s=300)
+    return json.loads(out.splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
