@@ -42,8 +42,10 @@ dbt_project/target/manifest.json: $(VENV)/.installed $(shell find dbt_project -n
 flywheel: setup
 	$(PY) -m sim run --start $(START) --days $(DAYS) $(RUN_ARGS)
 
+# Two workers: the stack tests (one group, one stack at a time) mostly wait on their processes
+# while the other worker computes.
 test: setup
-	$(VENV)/bin/pytest -m "not slow"
+	$(VENV)/bin/pytest -m "not slow" -n 2 --dist loadgroup --durations=25
 
 test-all: setup
 	$(VENV)/bin/pytest

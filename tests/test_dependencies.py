@@ -81,3 +81,24 @@ def test_dvc_commands_the_project_uses(tmp_path):
     _run([dvc, "pull", "-q"], repo / "data")
     assert (repo / "data" / "train.csv").read_text() == "a,b\n1,2\n"
     assert "up to date" in _run([dvc, "status"], repo / "data").lower()
+
+
+def test_xdist_runs_a_group_on_one_worker(tmp_path):
+    # `make test` keeps the stack tests (two modules, one xdist_group) on one worker, so two
+    # stacks never start at once; pytest 9.2 with pytest-xdist 3.8 silently stops grouping.
+    for module in ("test_a.py", "test_b.py"):
+        (tmp_path / module).write_text(
+            "import pytest\n\n"
+            "pytestmark = pytest.mark.xdist_group('stack')\n\n"
+            "@pytest.mark.parametrize('i', range(4))\n"
+            "def test_it(i):\n    pass\n"
+        )
+    (tmp_path / "test_other.py").write_text("def test_other():\n    pass\n")
+    out = _run(
+        [str(BIN / "pytest"), "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider"],
+        tmp_path,
+    )
+    workers = {
+        line.split()[0] for line in out.splitlines() if "PASSED" in line and "test_it" in line
+    }
+    assert len(workers) == 1 and out.count("PASSED") == 9, out

@@ -6,6 +6,7 @@ then owns the cluster's folder; the password of the stack's role is in the stack
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from deploy.stack.processes import StackError
 PACKAGE = "postgresql"
 SERVER_USER = "postgres"
 ROLE = "flywheel"
+INSTALL_LOCK = "/var/lock/flywheel-postgresql-install.lock"
 DATABASES = ("dagster", "mlflow", "optuna")
 
 
@@ -24,18 +26,28 @@ def binaries() -> Path:
     installed from the distribution's packages when missing and running as root."""
     found = _find()
     if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        print(f"installing {PACKAGE} from the distribution's packages (apt-get)", flush=True)
-        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", PACKAGE]):
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise StackError(f"`{' '.join(command)}` failed:\n{done.stderr[-2000:]}")
-        found = _find()
+        # Two stacks starting at once (two homes, or parallel tests) install once: apt-get
+        # would refuse the second while the first holds dpkg's lock.
+        with open(INSTALL_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            found = _find()
+            if found is None:
+                _install()
+                found = _find()
     if found is None:
         raise StackError(
             "PostgreSQL's server is not installed (no initdb under /usr/lib/postgresql/*/bin or on "
             f"PATH): install the `{PACKAGE}` package (e.g. `sudo apt-get install -y {PACKAGE}`)"
         )
     return found
+
+
+def _install() -> None:
+    print(f"installing {PACKAGE} from the distribution's packages (apt-get)", flush=True)
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", PACKAGE]):
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise StackError(f"`{' '.join(command)}` failed:\n{done.stderr[-2000:]}")
 
 
 def _find() -> Path | None:

@@ -34,9 +34,13 @@ BUDGET = {
     "FLYWHEEL_TEST_DAYS": "1",
 }
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "linux", reason="the stack runs PostgreSQL from the distribution's packages"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        sys.platform != "linux", reason="the stack runs PostgreSQL from the distribution's packages"
+    ),
+    # One stack at a time under pytest-xdist (`make test`): each starts eight processes.
+    pytest.mark.xdist_group("stack"),
+]
 
 
 def python(module: str, args: list[str], env: dict[str, str], timeout_s: int) -> str:

@@ -29,9 +29,13 @@ from tests.deploy.stackctl import passable, stack, stack_env
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "linux", reason="the stack runs PostgreSQL from the distribution's packages"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        sys.platform != "linux", reason="the stack runs PostgreSQL from the distribution's packages"
+    ),
+    # One stack at a time under pytest-xdist (`make test`): each starts eight processes.
+    pytest.mark.xdist_group("stack"),
+]
 
 
 @pytest.fixture(scope="module")
