@@ -48,7 +48,7 @@ test: setup
 	$(VENV)/bin/pytest -m "not slow" -n 2 --dist loadgroup --durations=25
 
 test-all: setup
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=25
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -41,8 +41,6 @@ def build_scoring_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefin
         context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, tracker: MlflowTracker
     ) -> dg.MaterializeResult:
         """Score the landing day's examples with the champion; a re-run replaces the day's rows."""
-        from ml.pyfunc import model_input
-
         days = (context.partition_key_range.start, context.partition_key_range.end)
         current = champion(tracker, name)
         if current is None:
@@ -60,6 +58,10 @@ def build_scoring_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefin
                 f"{spec.features_table} has no rows in {days[0]}..{days[1]}: "
                 "build the day's models first"
             )
+        # Torch and MLflow's pyfunc only once there is a model to score with: a process per run
+        # would import them for nothing before the first model.
+        from ml.pyfunc import model_input
+
         scores = load_model(tracker, current).predict(model_input(features, spec.features))
         rows = pd.DataFrame(
             {
