@@ -125,6 +125,13 @@ class TuneConfig:
     search_space: SearchSpace = field(default_factory=SearchSpace)
     # Threads in this process; more processes may run tune() against the same storage.
     n_jobs: int = 1
+    # Worker processes on the study (ml.tuning.tune starts them); 1 tunes in this process.
+    workers: int = 1
+    # On an RDB storage each running trial beats every heartbeat_interval_s; one silent for
+    # grace_period_s (its worker was killed) is failed and retried up to max_retry times.
+    heartbeat_interval_s: int = 5
+    grace_period_s: int = 20
+    max_retry: int = 2
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

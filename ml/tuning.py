@@ -1,21 +1,48 @@
-"""Hyperparameter search with Optuna: TPE sampling, Hyperband pruning, resumable storage."""
+"""Hyperparameter search with Optuna: TPE sampling, Hyperband pruning, resumable storage.
+
+The trial budget is queued in the study up front; one or several worker processes claim queued
+trials one at a time, so the budget holds exactly across workers. On an RDB storage running
+trials beat a heartbeat: a killed worker's trial is failed and queued again for the others.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import lightning as L
 import optuna
-from optuna.storages import BaseStorage
+import torch
+from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
+from optuna.storages import (
+    BaseStorage,
+    RDBStorage,
+    RetryHeartbeatStaleTrialCallback,
+    fail_stale_trials,
+)
 from optuna.storages.journal import JournalFileBackend, JournalStorage
-from optuna.study import MaxTrialsCallback
 from optuna.trial import FrozenTrial, Trial, TrialState
 from optuna_integration import PyTorchLightningPruningCallback
 
-from ml.config import ModelConfig, TrainConfig, TuneConfig
+from ml.config import (
+    ModelConfig,
+    SearchSpace,
+    TrainConfig,
+    TuneConfig,
+    config_from_dict,
+    config_to_dict,
+)
 from ml.data import TabularDataModule
 from ml.training import device_name, train
 
@@ -35,6 +62,8 @@ class TuneResult:
     n_failed: int
     total_compute_seconds: float
     study_name: str
+    # Worker processes that died without a word (SIGKILL, OOM): their trials were retried.
+    workers_lost: list[int] = field(default_factory=list)
 
 
 class TrialRecorder(L.Callback):
@@ -59,17 +88,37 @@ class TrialRecorder(L.Callback):
             self.history.append({"epoch": float(trainer.current_epoch), **metrics})
 
 
-def make_storage(storage: str) -> str | BaseStorage:
-    """Return a journal-file storage for a path, or pass an RDB URL (``scheme://...``) through."""
+def make_storage(storage: str, config: TuneConfig | None = None) -> BaseStorage:
+    """A journal-file storage for a path; an RDB storage for a URL (``scheme://...``).
+
+    An RDB storage records a heartbeat for every running trial: a trial whose worker was killed
+    is failed once silent for the grace period, and retried
+    (``RetryHeartbeatStaleTrialCallback``).
+    """
+    config = config or TuneConfig()
     if "://" in storage:
-        return storage
+        # Heartbeats are still flagged experimental (since Optuna 2.8); said once per storage.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            return RDBStorage(
+                storage,
+                heartbeat_interval=config.heartbeat_interval_s,
+                grace_period=config.grace_period_s,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                    max_retry=config.max_retry
+                ),
+            )
     path = Path(storage)
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path)))
 
 
-def create_study(config: TuneConfig, max_epochs: int) -> optuna.Study:
-    """Create or load the study named in ``config`` (Hyperband's max resource is max_epochs)."""
+def create_study(config: TuneConfig, max_epochs: int, worker: int = 0) -> optuna.Study:
+    """Create or load the study named in ``config`` (Hyperband's max resource is max_epochs).
+
+    Each worker process samples with its own seed, offset by the trials already stored so a
+    resumed study does not replay the random start-up suggestions of its first run.
+    """
     pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
     if config.pruning:
         pruner = optuna.pruners.HyperbandPruner(
@@ -79,15 +128,128 @@ def create_study(config: TuneConfig, max_epochs: int) -> optuna.Study:
         )
     study = optuna.create_study(
         study_name=config.study_name,
-        storage=make_storage(config.storage),
+        storage=make_storage(config.storage, config),
         pruner=pruner,
         direction="minimize",
         load_if_exists=True,
     )
-    # Offsetting the seed by the trials already stored keeps a resumed study from replaying the
-    # random start-up suggestions of its first run.
-    study.sampler = optuna.samplers.TPESampler(seed=config.sampler_seed + len(study.trials))
+    seed = config.sampler_seed + 1000 * worker + len(study.trials)
+    study.sampler = optuna.samplers.TPESampler(seed=seed)
     return study
+
+
+def heartbeats(study: optuna.Study) -> bool:
+    """Whether the study's storage fails (and retries) the trials of killed workers: an RDB
+    storage with a heartbeat interval (Optuna wraps it in a cache that answers the same)."""
+    storage = study._storage  # Optuna exposes no public accessor
+    interval = getattr(storage, "get_heartbeat_interval", None)
+    return interval is not None and interval() is not None
+
+
+def fail_stale(study: optuna.Study) -> None:
+    """Fail the running trials whose heartbeat stopped (queuing their retries)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        fail_stale_trials(study)
+
+
+def plan_trials(study: optuna.Study, n_trials: int) -> int:
+    """Queue trials until the finished, running and queued ones make ``n_trials``; how many.
+
+    Workers only run queued trials, each claimed by exactly one of them, so the budget counts
+    finished trials across workers exactly: a failed trial's retry takes its place in the
+    queue. Without heartbeats a RUNNING trial may belong to a worker that died; it is not
+    counted, and its place is queued again.
+    """
+    counted = (*FINISHED, TrialState.WAITING)
+    if heartbeats(study):
+        fail_stale(study)
+        counted = (*counted, TrialState.RUNNING)
+    missing = max(0, n_trials - len(study.get_trials(deepcopy=False, states=counted)))
+    for _ in range(missing):
+        study.enqueue_trial({})
+    return missing
+
+
+def claim_trial(study: optuna.Study) -> Trial | None:
+    """Take a queued trial for this worker (None when the queue is empty).
+
+    The storage moves a trial from WAITING to RUNNING for one caller only: a row lock in a
+    database, the journal's order of records in a file.
+    """
+    storage = study._storage
+    for waiting in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        try:
+            if storage.set_trial_state_values(waiting._trial_id, state=TrialState.RUNNING):
+                return Trial(study, waiting._trial_id)
+        except UpdateFinishedTrialError:
+            continue
+    return None
+
+
+@contextmanager
+def beating(study: optuna.Study, trial: Trial, interval_s: float) -> Iterator[None]:
+    """Record the trial's heartbeat every ``interval_s`` while inside (RDB storage only)."""
+    if not heartbeats(study):
+        yield
+        return
+    storage = study._storage
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval_s):
+            storage.record_heartbeat(trial._trial_id)
+
+    storage.record_heartbeat(trial._trial_id)
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial.number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def work(
+    study: optuna.Study,
+    objective: Callable[[Trial], float],
+    config: TuneConfig,
+    callbacks: list[TrialCallback],
+    worker: int = 0,
+    poll_s: float = 1.0,
+) -> None:
+    """Run queued trials until none is queued or running, or ``timeout_s`` passed.
+
+    With heartbeats, a worker waits while other workers' trials run: one of them may be
+    killed, failed as stale and queued again. An exception from a trial marks it FAIL and is
+    raised; a pruned trial is told PRUNED.
+    """
+    deadline = None if config.timeout_s is None else time.monotonic() + config.timeout_s
+    while deadline is None or time.monotonic() < deadline:
+        if heartbeats(study):
+            fail_stale(study)
+        trial = claim_trial(study)
+        if trial is None:
+            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if running and heartbeats(study):
+                time.sleep(poll_s)
+                continue
+            return
+        # Which worker ran it, and its process: what a kill of a worker is traced by.
+        trial.set_user_attr("worker", worker)
+        trial.set_user_attr("pid", os.getpid())
+        with beating(study, trial, config.heartbeat_interval_s):
+            try:
+                value = objective(trial)
+            except optuna.TrialPruned:
+                frozen = study.tell(trial, state=TrialState.PRUNED)
+            except BaseException:
+                study.tell(trial, state=TrialState.FAIL)
+                raise
+            else:
+                frozen = study.tell(trial, value)
+        for callback in callbacks:
+            callback(study, frozen)
 
 
 def make_objective(
@@ -139,31 +301,105 @@ def tune(
     """Run (or continue) a study until ``n_trials`` trials finished or ``timeout_s`` elapsed.
 
     Complete and pruned trials already in the storage count against ``n_trials``, so a crashed
-    study continues where it stopped; several processes may call this on the same storage.
+    study continues where it stopped. With ``workers`` above 1 the trials run in that many
+    worker processes on the same storage (an RDB URL, for heartbeats), and ``trial_callback``
+    sees each finished trial here once they are done, in trial order.
     """
     config = config or TuneConfig()
     train_config = train_config or TrainConfig()
+    model_config = model_config or ModelConfig()
     if config.n_trials is None and config.timeout_s is None:
         raise ValueError("set n_trials or timeout_s, or the study never ends")
+    if config.workers > 1 and config.n_trials is None:
+        raise ValueError("parallel workers share a trial budget: set n_trials")
     study = create_study(config, max_epochs=train_config.max_epochs)
-    callbacks: list[TrialCallback] = []
-    remaining = None
-    if config.n_trials is not None:
-        remaining = max(0, config.n_trials - len(study.get_trials(states=FINISHED)))
-        # Stops this worker when other workers on the same storage have used up the budget.
-        callbacks.append(MaxTrialsCallback(config.n_trials, states=FINISHED))
-    if trial_callback is not None:
-        callbacks.append(trial_callback)
-    if remaining != 0:
-        objective = make_objective(datamodule, config, model_config or ModelConfig(), train_config)
+    if config.n_trials is None:
+        objective = make_objective(datamodule, config, model_config, train_config)
+        callbacks = [trial_callback] if trial_callback else []
         study.optimize(
-            objective,
-            n_trials=remaining,
-            timeout=config.timeout_s,
-            n_jobs=config.n_jobs,
-            callbacks=callbacks,
+            objective, timeout=config.timeout_s, n_jobs=config.n_jobs, callbacks=callbacks
         )
-    return summarize(study)
+        return summarize(study)
+    plan_trials(study, config.n_trials)
+    if config.workers == 1:
+        objective = make_objective(datamodule, config, model_config, train_config)
+        work(study, objective, config, [trial_callback] if trial_callback else [])
+        return summarize(study)
+    before = {t.number for t in study.get_trials(deepcopy=False, states=FINISHED)}
+    lost = run_workers(datamodule, config, model_config, train_config)
+    if trial_callback is not None:
+        for trial in study.get_trials(deepcopy=False, states=FINISHED):
+            if trial.number not in before:
+                trial_callback(study, trial)
+    return replace(summarize(study), workers_lost=lost)
+
+
+class WorkerError(RuntimeError):
+    """A tuning worker process failed; the message holds its exit status and log's end."""
+
+
+def run_workers(
+    datamodule: TabularDataModule,
+    config: TuneConfig,
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+) -> list[int]:
+    """Start ``config.workers`` processes on the study and wait for them; the lost ones.
+
+    A worker killed by a signal (SIGKILL, the OOM killer) is lost: its running trial is failed
+    by the heartbeat and retried by the others. A worker that exits with an error raises
+    WorkerError (after the others finished). If no trial is left to run while the budget is not
+    spent, that is a WorkerError too.
+    """
+    with tempfile.TemporaryDirectory(prefix="tuning-") as folder:
+        spec = Path(folder)
+        torch.save(datamodule, spec / "datamodule.pt")
+        configs = {
+            "tune": config_to_dict(config),
+            "model": config_to_dict(model_config),
+            "train": config_to_dict(train_config),
+        }
+        (spec / "configs.json").write_text(json.dumps(configs))
+        processes = []
+        for worker in range(config.workers):
+            log = (spec / f"worker-{worker}.log").open("w")
+            command = [sys.executable, "-m", "ml.tuning", "work", str(spec), str(worker)]
+            processes.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log))
+        lost, failed = [], []
+        for worker, (process, log) in enumerate(processes):
+            status = process.wait()
+            log.close()
+            if status < 0:
+                lost.append(worker)
+            elif status != 0:
+                tail = (spec / f"worker-{worker}.log").read_text()[-3000:]
+                failed.append(f"tuning worker {worker} exited with status {status}:\n{tail}")
+        if failed:
+            raise WorkerError("\n\n".join(failed))
+        study = create_study(config, max_epochs=train_config.max_epochs)
+        done = len(study.get_trials(deepcopy=False, states=FINISHED))
+        if done < (config.n_trials or 0):
+            raise WorkerError(
+                f"study {config.study_name}: {done} of {config.n_trials} trials finished and no "
+                f"worker is left (lost: {lost}); run it again to continue"
+            )
+        return lost
+
+
+def worker_main(spec: Path, worker: int) -> None:
+    """One worker process: load the datamodule and configs, run queued trials until none."""
+    configs = json.loads((spec / "configs.json").read_text())
+    space = config_from_dict(SearchSpace, configs["tune"].pop("search_space"))
+    tune_config = replace(config_from_dict(TuneConfig, configs["tune"]), search_space=space)
+    model_config = config_from_dict(ModelConfig, configs["model"])
+    train_config = config_from_dict(TrainConfig, configs["train"])
+    datamodule = torch.load(spec / "datamodule.pt", weights_only=False)
+    if not torch.cuda.is_available():
+        # Workers share the machine's cores rather than each taking all of them.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // tune_config.workers))
+    study = create_study(tune_config, max_epochs=train_config.max_epochs, worker=worker)
+    objective = make_objective(datamodule, tune_config, model_config, train_config)
+    work(study, objective, tune_config, [], worker=worker)
 
 
 def summarize(study: optuna.Study) -> TuneResult:
@@ -181,3 +417,18 @@ def summarize(study: optuna.Study) -> TuneResult:
         total_compute_seconds=sum(float(t.user_attrs.get("wall_seconds", 0.0)) for t in trials),
         study_name=study.study_name,
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m ml.tuning work SPEC WORKER``: the worker process ``run_workers`` starts."""
+    parser = argparse.ArgumentParser(prog="python -m ml.tuning")
+    commands = parser.add_subparsers(dest="command", required=True)
+    work_parser = commands.add_parser("work", help="run queued trials of a study")
+    work_parser.add_argument("spec", type=Path)
+    work_parser.add_argument("worker", type=int)
+    args = parser.parse_args(argv)
+    worker_main(args.spec, args.worker)
+
+
+if __name__ == "__main__":
+    main()

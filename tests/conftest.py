@@ -48,3 +48,17 @@ def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> S3Env:
     bucket = f"test-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_server, region_name=REGION).create_bucket(Bucket=bucket)
     return S3Env(endpoint_url=s3_server, region=REGION, bucket=bucket)
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory) -> Iterator[str]:
+    """A PostgreSQL server of the distribution's package on a free loopback port for the session
+    (installed first when missing, as `make stack-up` does); yields a SQLAlchemy URL without a
+    database: `<url>/optuna`, `<url>/dagster` and `<url>/mlflow` exist."""
+    from deploy.stack.postgres import scratch_server
+    from tests.deploy.stackctl import passable
+
+    home = tmp_path_factory.mktemp("postgres")
+    passable(home)
+    with scratch_server(home) as url:
+        yield url

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from deploy.stack.processes import StackError
+from deploy.stack.processes import StackError, free_port
 
 PACKAGE = "postgresql"
 SERVER_USER = "postgres"
@@ -177,3 +180,21 @@ def create_databases(url: str) -> None:
 def _libpq(url: str) -> str:
     """The SQLAlchemy URL `url` (no database) as libpq's, to the `postgres` database."""
     return url.replace("postgresql+psycopg2://", "postgresql://", 1) + "/postgres"
+
+
+@contextmanager
+def scratch_server(home: Path) -> Iterator[str]:
+    """A server of its own under `home` on a free loopback port, with the stack's role and
+    databases, stopped on exit (tests and benchmarks); yields its SQLAlchemy URL without a
+    database (`<url>/optuna` and the others exist). `home`'s parents must let the server's
+    user pass."""
+    data, password = home / "data", secrets.token_hex(12)
+    init_cluster(data, password)
+    port = free_port()
+    start(data, port, home / "postgres.log")
+    url = f"postgresql+psycopg2://{ROLE}:{password}@127.0.0.1:{port}"
+    try:
+        create_databases(url)
+        yield url
+    finally:
+        stop(data)

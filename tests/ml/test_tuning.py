@@ -130,11 +130,17 @@ def test_study_killed_by_sigkill_continues_with_its_trials(
         n_trials=3, storage=str(journal), study_name="killed", pruning=False, search_space=SPACE
     )
     before = create_study(config, max_epochs=1).trials
-    assert [t.state for t in before] == [TrialState.COMPLETE]
+    # The budget was queued before the first trial ran: the two others wait for a worker.
+    assert [t.state for t in before] == [
+        TrialState.COMPLETE,
+        TrialState.WAITING,
+        TrialState.WAITING,
+    ]
 
     dm = TabularDataModule(parquet_splits["train"], parquet_splits["val"], batch_size=512)
     one_epoch = TrainConfig(max_epochs=1, batch_size=512, early_stopping_patience=None)
     result = tune(dm, config, ModelConfig(), one_epoch)
     after = create_study(config, max_epochs=1).trials
     assert result.n_complete == 3 and len(after) == 3
+    assert all(t.state == TrialState.COMPLETE for t in after)
     assert after[0].params == before[0].params and after[0].value == before[0].value

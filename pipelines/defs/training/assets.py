@@ -42,6 +42,8 @@ class TrainingConfig(dg.Config):
     timeout_s: float | None = None
     max_epochs: int = TrainConfig.max_epochs
     seed: int = 0
+    # Worker processes on the study; above 1 they need an RDB storage (heartbeats, retries).
+    workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ def ml_configs(
         storage=storage.for_study(study_name),
         study_name=study_name,
         sampler_seed=config.seed,
+        workers=config.workers,
     )
     return tune, TrainConfig(max_epochs=config.max_epochs, seed=config.seed)
 

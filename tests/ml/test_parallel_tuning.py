@@ -1,0 +1,134 @@
+"""Tuning fanned out over worker processes on one study in Optuna's RDB storage on PostgreSQL.
+
+The budget is exact across workers (every trial is queued up front and claimed by one worker),
+and a worker killed with SIGKILL mid-trial loses nothing: its trial's heartbeat stops, the trial
+is failed once stale and queued again, and the other worker finishes the budget.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+
+from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
+from ml.data import TabularDataModule
+from ml.tuning import WorkerError, create_study, tune
+
+SPACE = SearchSpace(width=(16, 32), depth=(1, 2), arch=("mlp",))
+ONE_EPOCH = TrainConfig(max_epochs=1, batch_size=512, early_stopping_patience=None)
+
+
+@pytest.fixture(scope="module")
+def datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
+    return TabularDataModule(splits["train"], splits["val"], batch_size=512)
+
+
+@pytest.fixture()
+def study_config(postgres_url: str, request) -> TuneConfig:
+    """Two workers on a study of its own in the `optuna` database; heartbeats every second."""
+    return TuneConfig(
+        n_trials=12,
+        storage=f"{postgres_url}/optuna",
+        study_name=f"{request.node.name}-{time.time_ns()}",
+        pruning=False,
+        search_space=SPACE,
+        workers=2,
+        heartbeat_interval_s=1,
+        grace_period_s=4,
+    )
+
+
+def test_two_workers_finish_a_12_trial_budget_exactly(
+    datamodule: TabularDataModule, study_config: TuneConfig
+) -> None:
+    seen: list[int] = []
+
+    result = tune(
+        datamodule, study_config, ModelConfig(), ONE_EPOCH, lambda _, t: seen.append(t.number)
+    )
+
+    trials = create_study(study_config, max_epochs=1).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 12
+    assert sorted(t.number for t in trials) == list(range(12))
+    assert {t.user_attrs["worker"] for t in trials} == {0, 1}  # both worked
+    assert len({t.user_attrs["pid"] for t in trials}) == 2 and os.getpid() not in {
+        t.user_attrs["pid"] for t in trials
+    }
+    assert (result.n_complete, result.workers_lost) == (12, [])
+    assert sorted(seen) == list(range(12))  # the callback saw each trial once, here
+    # The budget is spent: running the study again queues and runs nothing.
+    assert tune(datamodule, study_config, ModelConfig(), ONE_EPOCH).n_complete == 12
+    assert len(create_study(study_config, max_epochs=1).get_trials()) == 12
+
+
+def kill_worker_mid_trial(config: TuneConfig, worker: int, killed: list[int]) -> None:
+    """SIGKILL `worker`'s process once it is training a trial (once)."""
+    study = create_study(config, max_epochs=1)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        trials = study.get_trials(states=(TrialState.RUNNING,))
+        for trial in trials:
+            # All six parameters suggested: the trial is training.
+            if trial.user_attrs.get("worker") == worker and len(trial.params) == 6:
+                os.kill(trial.user_attrs["pid"], signal.SIGKILL)
+                killed.append(trial.number)
+                return
+        time.sleep(0.2)
+
+
+def test_a_worker_killed_mid_trial_loses_nothing(
+    datamodule: TabularDataModule, study_config: TuneConfig
+) -> None:
+    config = replace(study_config, n_trials=6)
+    # Long enough trials that the kill lands inside one.
+    slow = replace(ONE_EPOCH, max_epochs=4)
+    # The study (and its tables) exists before the killer thread reads it.
+    create_study(config, max_epochs=1)
+    killed: list[int] = []
+    killer = threading.Thread(target=kill_worker_mid_trial, args=(config, 1, killed))
+    killer.start()
+
+    result = tune(datamodule, config, ModelConfig(), slow)
+    killer.join()
+
+    assert len(killed) == 1, "the worker was never seen running a trial"
+    trials = {t.number: t for t in create_study(config, max_epochs=1).get_trials()}
+    failed = [t for t in trials.values() if t.state == TrialState.FAIL]
+    finished = [t for t in trials.values() if t.state == TrialState.COMPLETE]
+    assert [t.number for t in failed] == killed
+    assert len(finished) == 6 and result.n_complete == 6 and result.n_failed == 1
+    assert result.workers_lost == [1]
+    # The killed trial was retried with its parameters, by the worker that was left.
+    (retry,) = [t for t in finished if t.system_attrs.get("failed_trial") == killed[0]]
+    assert retry.params == trials[killed[0]].params and retry.user_attrs["worker"] == 0
+    assert retry.number > max(
+        t.number for t in trials.values() if "failed_trial" not in t.system_attrs
+    )
+    assert not [t for t in trials.values() if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+def test_a_worker_that_raises_fails_the_tuning_with_its_error(
+    datamodule: TabularDataModule, study_config: TuneConfig
+) -> None:
+    # An impossible search space: every trial raises inside the worker.
+    broken = replace(study_config, n_trials=2, search_space=replace(SPACE, depth=(3, 1)))
+    with pytest.raises(WorkerError, match=r"tuning worker \d exited with status 1:(.|\n)*Error"):
+        tune(datamodule, broken, ModelConfig(), ONE_EPOCH)
+    states = {t.state for t in create_study(broken, max_epochs=1).get_trials()}
+    assert TrialState.RUNNING not in states and TrialState.FAIL in states
+
+
+def test_parallel_workers_need_a_trial_budget(
+    datamodule: TabularDataModule, study_config: TuneConfig
+) -> None:
+    with pytest.raises(ValueError, match="budget"):
+        tune(
+            datamodule, replace(study_config, n_trials=None, timeout_s=5.0), train_config=ONE_EPOCH
+        )
