@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
+import optuna
 import pytest
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.distributions import FloatDistribution
@@ -57,14 +58,18 @@ def record_dataset(instance: dg.DagsterInstance, folder: Path) -> None:
 
 
 def materialize(
-    instance: dg.DagsterInstance, tracker: MlflowTracker, tmp_path: Path, **config: object
+    instance: dg.DagsterInstance,
+    tracker: MlflowTracker,
+    tmp_path: Path,
+    storage: str | None = None,
+    **config: object,
 ) -> dg.ExecuteInProcessResult:
     return dg.materialize(
         build_training_assets("flights", FeatureConfig()),
         instance=instance,
         resources={
             "tracker": tracker,
-            "tuning_storage": TuningStorage(location=str(tmp_path / "optuna")),
+            "tuning_storage": TuningStorage(location=storage or str(tmp_path / "optuna")),
         },
         run_config={"ops": {"challenger_model": {"config": config}}},
         raise_on_error=False,
@@ -117,6 +122,27 @@ def test_challenger_is_tuned_tracked_and_registered(
     assert {"val/auroc", "baseline/logistic_regression/auroc"} <= set(parent.data.metrics)
     version = client.get_model_version(MODEL, "1")
     assert version.run_id == parent.info.run_id
+
+
+def test_the_step_tunes_with_worker_processes_on_an_rdb_study(
+    instance: dg.DagsterInstance, tracker: MlflowTracker, tmp_path: Path, postgres_url: str
+) -> None:
+    record_dataset(instance, tmp_path / "dataset")
+
+    storage = f"{postgres_url}/optuna"
+    result = materialize(instance, tracker, tmp_path, storage, n_trials=3, max_epochs=1, workers=2)
+
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert meta["trials_complete"] + meta["trials_pruned"] == 3
+    study = optuna.load_study(study_name=meta["study"], storage=storage)
+    assert {t.user_attrs["worker"] for t in study.trials} <= {0, 1}
+    assert os.getpid() not in {t.user_attrs["pid"] for t in study.trials}
+    # The trials, run in the workers, are tracked from the step once they are done.
+    runs = tracker.client().search_runs([tracker.experiment_id()])
+    numbers = [r.data.tags.get("optuna.trial_number") for r in runs]
+    assert sorted(n for n in numbers if n is not None) == ["0", "1", "2"] and len(runs) == 4
 
 
 def test_fails_clearly_without_a_dataset(
