@@ -6,9 +6,13 @@ the DVC repository's git-ignored `config.local`, so the committed config stays m
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +23,9 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipelines.lib.errors import ConfigurationError, probe_bucket
+
+# Dataset versions `DvcDatasetStore.fetch` keeps, the most recently used first.
+FETCHED_VERSIONS = 4
 
 # Where the prod remote comes from (resources.py), named in configuration errors.
 REMOTE_SETTING = "FLYWHEEL_DVC_REMOTE"
@@ -51,6 +58,9 @@ class DvcDatasetStore(dg.ConfigurableResource):
     remote_url: str
     endpoint_url: str | None = None
     remote_name: str = "flywheel"
+    # Where `fetch` keeps the versions it fetched, one folder per hash (default: beside the
+    # repository's own cache, `<repo_dir>/.dvc/tmp/by-hash`).
+    cache_dir: str | None = None
 
     def dvc(self, *args: str) -> str:
         """Run a dvc command in the repository; DvcCommandError with its output if it fails."""
@@ -111,6 +121,75 @@ class DvcDatasetStore(dg.ConfigurableResource):
         self.configure_remote()
         self.dvc("pull", "--remote", self.remote_name, f"datasets/{name}.dvc")
         return Path(self.repo_dir) / "datasets" / name
+
+    def fetch(self, dvc_hash: str) -> Path:
+        """The files of the dataset version `dvc_hash` (a DVC directory hash, `<md5>.dir`), fetched
+        from the remote into a folder named by the hash, checksums verified, and reused after.
+
+        Needs only the remote and its credentials, not this repository's history or cache: a
+        scratch DVC repository (no git) holds a pointer to the hash and pulls it. The folder
+        appears, complete, by one rename, so a killed fetch leaves nothing a later one would
+        take for the dataset; two processes fetching at once both end with the same files.
+        """
+        from dvc.exceptions import DvcException
+        from dvc.repo import Repo
+
+        if not dvc_hash.endswith(".dir") or not dvc_hash.removesuffix(".dir").isalnum():
+            raise ValueError(f"{dvc_hash!r} is not a DVC directory hash (<md5>.dir)")
+        cache = Path(self.cache_dir or Path(self.repo_dir) / ".dvc" / "tmp" / "by-hash")
+        target = cache / dvc_hash.removesuffix(".dir")
+        if target.is_dir():
+            os.utime(target)  # the least recently used versions are the ones dropped
+            return target
+        self.check()
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache, prefix=f".{target.name}-") as scratch:
+            remote = {"url": self.remote_url, "verify": True}
+            if self.endpoint_url:
+                remote["endpointurl"] = self.endpoint_url
+            try:
+                with Repo.init(scratch, no_scm=True) as repo, repo.config.edit("repo") as conf:
+                    conf["core"].update(analytics=False, remote=self.remote_name)
+                    conf["cache"]["type"] = "copy"
+                    conf["remote"][self.remote_name] = remote
+                pointer = Path(scratch) / "dataset.dvc"
+                out = {"md5": dvc_hash, "hash": "md5", "path": "dataset"}
+                pointer.write_text(yaml.safe_dump({"outs": [out]}))
+                with Repo(scratch) as repo:
+                    repo.pull(targets=[str(pointer)], remote=self.remote_name)
+            except DvcException as e:
+                raise DvcCommandError(
+                    f"dataset {dvc_hash} could not be fetched from {self.remote_url}: {e}"
+                ) from e
+            try:
+                (Path(scratch) / "dataset").rename(target)
+            except OSError:
+                if not target.is_dir():  # not another fetch of the same hash that won the race
+                    raise
+        os.utime(target)
+        self._drop_old_versions(cache, keep=target)
+        return target
+
+    def _drop_old_versions(self, cache: Path, keep: Path) -> None:
+        """Remove all but the FETCHED_VERSIONS most recently used versions (one retraining a
+        day would otherwise keep a copy of every dataset it ever trained on), and what killed
+        fetches left."""
+        versions = sorted(
+            (p for p in cache.iterdir() if p.is_dir() and not p.name.startswith(".")),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+        # Scratch folders of fetches killed more than an hour ago go too.
+        stale = [
+            p
+            for p in cache.iterdir()
+            if p.name.startswith(".") and time.time() - p.stat().st_mtime > 3600
+        ]
+        for old in [*versions[FETCHED_VERSIONS:], *stale]:
+            if old == keep:
+                continue
+            with contextlib.suppress(FileNotFoundError):  # another process dropped it first
+                shutil.rmtree(old)
 
 
 def read_dvc_hash(pointer: Path) -> str:

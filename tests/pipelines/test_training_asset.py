@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from optuna.trial import create_trial
 from ml.config import FeatureConfig
 from ml.synthetic import make_flights
 from pipelines.defs.training.assets import build_training_assets
+from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.tracking import (
     MlflowTracker,
     TuningStorage,
@@ -24,7 +26,6 @@ from pipelines.lib.tracking import (
     tuning_storage,
 )
 
-DVC_HASH = "abc123"
 MODEL = "flywheel-flights"
 
 
@@ -40,27 +41,40 @@ def tracker(tmp_path: Path) -> MlflowTracker:
     return tracker_resource("local", tmp_path / "home")
 
 
-def record_dataset(instance: dg.DagsterInstance, folder: Path) -> None:
-    """Write a tiny dataset and record it as training_dataset's latest materialization."""
-    folder.mkdir()
-    for seed, split in enumerate(("train", "validation", "test"), start=1):
-        rows = 1500 if split == "train" else 500
-        make_flights(rows, seed=seed, unseen=split != "train").to_parquet(
-            folder / f"{split}.parquet"
-        )
+@pytest.fixture
+def store(dvc_repo: Path, tmp_path: Path) -> DvcDatasetStore:
+    return DvcDatasetStore(
+        repo_dir=str(dvc_repo / "data"),
+        remote_url=str(tmp_path / "dvc-remote"),
+        cache_dir=str(tmp_path / "fetched"),
+    )
+
+
+def record_dataset(instance: dg.DagsterInstance, store: DvcDatasetStore) -> str:
+    """Save a tiny dataset with DVC and record it as training_dataset's latest materialization;
+    its DVC hash."""
+    splits = {
+        split: make_flights(1500 if split == "train" else 500, seed=seed, unseen=split != "train")
+        for seed, split in enumerate(("train", "validation", "test"), start=1)
+    }
+    version = store.save("flights", splits)
     instance.report_runless_asset_event(
         dg.AssetMaterialization(
             asset_key="training_dataset",
-            metadata={"path": str(folder), "dvc_hash": DVC_HASH},
-            tags={"dagster/data_version": DVC_HASH},
+            metadata={"path": str(version.path), "dvc_hash": version.dvc_hash},
+            tags={"dagster/data_version": version.dvc_hash},
         )
     )
+    # The step reads the version from the remote by its hash, not this folder.
+    shutil.rmtree(version.path)
+    return version.dvc_hash
 
 
 def materialize(
     instance: dg.DagsterInstance,
     tracker: MlflowTracker,
     tmp_path: Path,
+    store: DvcDatasetStore,
     storage: str | None = None,
     **config: object,
 ) -> dg.ExecuteInProcessResult:
@@ -70,6 +84,7 @@ def materialize(
         resources={
             "tracker": tracker,
             "tuning_storage": TuningStorage(location=storage or str(tmp_path / "optuna")),
+            "dataset_store": store,
         },
         run_config={"ops": {"challenger_model": {"config": config}}},
         raise_on_error=False,
@@ -77,12 +92,12 @@ def materialize(
 
 
 def test_challenger_is_tuned_tracked_and_registered(
-    instance: dg.DagsterInstance, tracker: MlflowTracker, tmp_path: Path
+    instance: dg.DagsterInstance, tracker: MlflowTracker, store: DvcDatasetStore, tmp_path: Path
 ) -> None:
-    record_dataset(instance, tmp_path / "dataset")
+    dvc_hash = record_dataset(instance, store)
     process_store = os.environ.get("MLFLOW_TRACKING_URI")
 
-    result = materialize(instance, tracker, tmp_path, n_trials=2, max_epochs=2)
+    result = materialize(instance, tracker, tmp_path, store, n_trials=2, max_epochs=2)
 
     assert result.success
     # The run pointed MLflow's process-wide store at the tracker only while it ran.
@@ -97,11 +112,11 @@ def test_challenger_is_tuned_tracked_and_registered(
     assert 0.5 < meta["val/auroc"] <= 1 and meta["val/logloss"] > 0
     assert meta["registered_model_version"] == 1
     assert meta["registered_model"] == f"models:/{MODEL}/1"
-    assert meta["dataset_dvc_hash"] == DVC_HASH
+    assert meta["dataset_dvc_hash"] == dvc_hash
     assert meta["trials_complete"] + meta["trials_pruned"] == 2
     assert meta["tuning_compute_seconds"] > 0
     assert materialization.tags["dagster/data_version"] == f"{MODEL}/1"
-    assert materialization.tags["dagster/input_data_version/training_dataset"] == DVC_HASH
+    assert materialization.tags["dagster/input_data_version/training_dataset"] == dvc_hash
 
     client = tracker.client()
     runs = client.search_runs([tracker.experiment_id()])
@@ -109,7 +124,7 @@ def test_challenger_is_tuned_tracked_and_registered(
     trials = [r for r in runs if r.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent.info.run_id]
     assert parent.info.run_id == meta["mlflow_run_id"] and len(trials) == 2 == len(runs) - 1
     for run in (parent, *trials):
-        assert run.data.tags["dataset.dvc_hash"] == DVC_HASH
+        assert run.data.tags["dataset.dvc_hash"] == dvc_hash
         assert run.data.tags["dagster.run_id"] == result.run_id
         assert run.data.tags["git.commit"]
     for trial in trials:
@@ -125,12 +140,18 @@ def test_challenger_is_tuned_tracked_and_registered(
 
 
 def test_the_step_tunes_with_worker_processes_on_an_rdb_study(
-    instance: dg.DagsterInstance, tracker: MlflowTracker, tmp_path: Path, postgres_url: str
+    instance: dg.DagsterInstance,
+    tracker: MlflowTracker,
+    store: DvcDatasetStore,
+    tmp_path: Path,
+    postgres_url: str,
 ) -> None:
-    record_dataset(instance, tmp_path / "dataset")
+    record_dataset(instance, store)
 
     storage = f"{postgres_url}/optuna"
-    result = materialize(instance, tracker, tmp_path, storage, n_trials=3, max_epochs=1, workers=2)
+    result = materialize(
+        instance, tracker, tmp_path, store, storage, n_trials=3, max_epochs=1, workers=2
+    )
 
     assert result.success
     [event] = result.get_asset_materialization_events()
@@ -146,9 +167,9 @@ def test_the_step_tunes_with_worker_processes_on_an_rdb_study(
 
 
 def test_fails_clearly_without_a_dataset(
-    instance: dg.DagsterInstance, tracker: MlflowTracker, tmp_path: Path
+    instance: dg.DagsterInstance, tracker: MlflowTracker, store: DvcDatasetStore, tmp_path: Path
 ) -> None:
-    result = materialize(instance, tracker, tmp_path, n_trials=1, max_epochs=1)
+    result = materialize(instance, tracker, tmp_path, store, n_trials=1, max_epochs=1)
 
     assert not result.success
     [failure] = [e for e in result.all_events if e.is_step_failure]

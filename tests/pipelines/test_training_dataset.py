@@ -7,9 +7,11 @@ import dagster as dg
 import duckdb
 import numpy as np
 import pandas as pd
+import pytest
 
 from pipelines.definitions import build_definitions
-from pipelines.lib.datasets import DvcDatasetStore
+from pipelines.lib import datasets
+from pipelines.lib.datasets import DvcCommandError, DvcDatasetStore
 from tests.pipelines.conftest import git
 
 
@@ -119,3 +121,57 @@ def test_push_and_pull_through_an_s3_remote(dvc_repo, s3_env, tmp_path):
         repo_dir=str(clone / "data"), remote_url=remote, endpoint_url=s3_env.endpoint_url
     ).pull("flights")
     assert sha256(pulled / "train.parquet") == expected
+
+
+def test_a_version_is_fetched_by_its_hash_alone_through_s3(dvc_repo, s3_env, tmp_path, monkeypatch):
+    # What a training pod has: the image (no repository history, no DVC cache), the hash and
+    # the remote's settings and credentials.
+    remote = f"s3://{s3_env.bucket}/dvc"
+    frames = {
+        "train": pd.DataFrame({"flight_id": ["a", "b"], "is_late": [True, False]}),
+        "validation": pd.DataFrame({"flight_id": ["c"], "is_late": [False]}),
+    }
+    store = DvcDatasetStore(
+        repo_dir=str(dvc_repo / "data"), remote_url=remote, endpoint_url=s3_env.endpoint_url
+    )
+    version = store.save("flights", frames)
+    expected = {name: sha256(path) for name, path in version.files.items()}
+    # A newer version replaces the working copy: the older one must come from the remote.
+    newer = store.save(
+        "flights", {"train": frames["train"].iloc[:1], "validation": frames["validation"]}
+    )
+
+    pod = tmp_path / "pod"
+    pod.mkdir()
+    fetcher = DvcDatasetStore(
+        repo_dir=str(pod / "no-repository"),
+        remote_url=remote,
+        endpoint_url=s3_env.endpoint_url,
+        cache_dir=str(pod / "cache"),
+    )
+    folder = fetcher.fetch(version.dvc_hash)
+
+    assert folder == pod / "cache" / version.dvc_hash.removesuffix(".dir")
+    assert {p.stem: sha256(p) for p in folder.iterdir()} == expected
+    assert [p.name for p in (pod / "cache").iterdir()] == [folder.name]  # no scratch left
+    assert fetcher.fetch(version.dvc_hash) == folder  # cached by hash: no second fetch
+    # Only the most recently used versions stay.
+    monkeypatch.setattr(datasets, "FETCHED_VERSIONS", 1)
+    newest = fetcher.fetch(newer.dvc_hash)
+    assert [p.name for p in (pod / "cache").iterdir()] == [newest.name] != [folder.name]
+
+
+def test_a_hash_missing_from_the_remote_is_a_clear_error(s3_env, tmp_path):
+    fetcher = DvcDatasetStore(
+        repo_dir=str(tmp_path / "none"),
+        remote_url=f"s3://{s3_env.bucket}/dvc",
+        endpoint_url=s3_env.endpoint_url,
+        cache_dir=str(tmp_path / "cache"),
+    )
+    with pytest.raises(
+        DvcCommandError, match=r"dataset 0{32}\.dir could not be fetched from s3://"
+    ):
+        fetcher.fetch("0" * 32 + ".dir")
+    assert list((tmp_path / "cache").iterdir()) == []
+    with pytest.raises(ValueError, match="not a DVC directory hash"):
+        fetcher.fetch("../../etc")

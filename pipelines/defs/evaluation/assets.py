@@ -14,6 +14,7 @@ from pipelines.defs.evaluation.report import (
     log_evaluation,
 )
 from pipelines.defs.training.assets import latest_dataset
+from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.registry import champion, model_version, record_decision, registered_name
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
@@ -41,14 +42,17 @@ def build_evaluation_assets(
 
     @dg.asset(group_name=GROUP, deps=[CHALLENGER], pool=WAREHOUSE_POOL, kinds={"mlflow"})
     def model_evaluation(
-        context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, tracker: MlflowTracker
+        context: dg.AssetExecutionContext,
+        warehouse: DuckDBWarehouse,
+        tracker: MlflowTracker,
+        dataset_store: DvcDatasetStore,
     ) -> dg.MaterializeResult:
         """Challenger vs champion vs baselines on the newest labelled days: metrics, slices,
         paired bootstrap intervals and plots; stores the challenger's monitoring reference."""
         version = int(latest_metadata(context.instance, CHALLENGER)["registered_model_version"])
         challenger = model_version(tracker, name, version)
         current = champion(tracker, name)
-        dataset = latest_dataset(context.instance)
+        dataset = latest_dataset(context.instance, dataset_store)
         result = evaluate_challenger(
             tracker, warehouse, spec, dataset, challenger, current, policy, seed=0
         )

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ml.config import FeatureConfig, ModelConfig, TrainConfig, TuneConfig
+from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
 
 # torch, Lightning and scikit-learn load in the training step only, not in every step process
@@ -58,16 +59,18 @@ class TrainingDataset:
         return self.path / f"{name}.parquet"
 
 
-def latest_dataset(instance: dg.DagsterInstance) -> TrainingDataset:
-    """Read the folder and DVC hash recorded by the latest `training_dataset` materialization."""
+def latest_dataset(instance: dg.DagsterInstance, store: DvcDatasetStore) -> TrainingDataset:
+    """The version recorded by the latest `training_dataset` materialization, fetched by its DVC
+    hash from the remote (cached by hash): a step on another machine or pod than the dataset
+    step's trains on exactly that version's files."""
     event = instance.get_latest_materialization_event(DATASET)
     if event is None or event.asset_materialization is None:
         raise dg.Failure(f"{DATASET.to_user_string()} was never materialized: materialize it first")
     metadata = event.asset_materialization.metadata
-    missing = {"path", "dvc_hash"} - set(metadata)
-    if missing:
-        raise dg.Failure(f"{DATASET.to_user_string()} metadata lacks {sorted(missing)}")
-    return TrainingDataset(Path(metadata["path"].value), str(metadata["dvc_hash"].value))
+    if "dvc_hash" not in metadata:
+        raise dg.Failure(f"{DATASET.to_user_string()} metadata lacks 'dvc_hash'")
+    dvc_hash = str(metadata["dvc_hash"].value)
+    return TrainingDataset(store.fetch(dvc_hash), dvc_hash)
 
 
 def ml_configs(
@@ -128,12 +131,13 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
         config: TrainingConfig,
         tracker: MlflowTracker,
         tuning_storage: TuningStorage,
+        dataset_store: DvcDatasetStore,
     ) -> dg.MaterializeResult:
         """Tune, refit and register a challenger model on the latest training dataset."""
         from ml.challenger import fit_challenger
         from ml.data import TabularDataModule
 
-        dataset = latest_dataset(context.instance)
+        dataset = latest_dataset(context.instance, dataset_store)
         # One study per dataset version: a retried run resumes it, a larger n_trials extends it.
         study = f"{task_name}-{dataset.dvc_hash[:12]}"
         tune_config, train_config = ml_configs(config, study, tuning_storage)
