@@ -85,7 +85,9 @@ def test_cooldown_counts_monitored_days(day: str, last: str | None, expected: bo
 @pytest.fixture
 def triggers():
     job = dg.define_asset_job("retraining_job", selection=dg.AssetSelection.all())
-    drift, performance, schedule = build_monitoring_triggers(job, POLICY)
+    drift, performance, schedule = build_monitoring_triggers(
+        job, POLICY, labels=dg.AssetKey("labels")
+    )
 
     daily = dg.DailyPartitionsDefinition("2013-01-01")
 
@@ -95,8 +97,11 @@ def triggers():
     @dg.asset(partitions_def=daily)
     def model_performance() -> None: ...
 
+    @dg.asset(partitions_def=daily)
+    def labels() -> None: ...
+
     defs = dg.Definitions(
-        assets=[feature_drift, model_performance],
+        assets=[feature_drift, model_performance, labels],
         jobs=[job],
         sensors=[drift, performance],
         schedules=[schedule],
@@ -156,16 +161,20 @@ def test_performance_sensor_requests_when_the_champion_decays(triggers) -> None:
     assert first.run_requests[0].tags["flywheel/trigger"] == "performance"
 
 
-def add_retraining(instance: dg.DagsterInstance, event_day: str) -> None:
-    """Record a finished retraining run that trained on data up to `event_day`."""
-    instance.add_run(
+def add_retraining(instance: dg.DagsterInstance, event_day: str, started: bool = False) -> None:
+    """Record a finished retraining run that trained on data up to `event_day` (`started`: with
+    its start and success events, timed now)."""
+    run = instance.add_run(
         dg.DagsterRun(
             job_name="retraining_job",
             run_id=f"retraining-{event_day}",
-            status=dg.DagsterRunStatus.SUCCESS,
+            status=dg.DagsterRunStatus.NOT_STARTED if started else dg.DagsterRunStatus.SUCCESS,
             tags={"flywheel/event_day": event_day},
         )
     )
+    if started:
+        for kind in (dg.DagsterEventType.RUN_START, dg.DagsterEventType.RUN_SUCCESS):
+            instance.report_dagster_event(dg.DagsterEvent(kind.value, run.job_name), run.run_id)
 
 
 def test_no_request_when_a_retraining_already_covers_the_day(triggers) -> None:
@@ -174,6 +183,32 @@ def test_no_request_when_a_retraining_already_covers_the_day(triggers) -> None:
         add_retraining(instance, "2013-10-06")
         report(instance, "2013-10-05", True)
         assert tick(defs, sensor, instance, None).run_requests == []
+
+
+def import_labels(instance: dg.DagsterInstance, day: str) -> None:
+    instance.report_runless_asset_event(dg.AssetMaterialization("labels", partition=day))
+
+
+def test_no_request_before_a_label_came_in_since_the_last_retraining(triggers) -> None:
+    defs, sensor, schedule = triggers
+    with dg.instance_for_test() as instance:
+        import_labels(instance, "2013-10-01")
+        add_retraining(instance, "2013-10-01", started=True)  # the first model, on every label
+        report(instance, "2013-10-02", True)  # drift the next morning, no new label yet
+        first = tick(defs, sensor, instance, None)
+        assert first.run_requests == []
+        # The event is read (the cursor moved), and no cooldown started.
+        assert json.loads(first.cursor)["last_trigger_day"] is None
+        moment = datetime(2013, 10, 7, 4, tzinfo=UTC)
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx:
+            skipped = schedule.evaluate_tick(ctx)
+        assert not skipped.run_requests
+        assert skipped.skip_message == "no label came in since run retraining-2013-10-01"
+
+        import_labels(instance, "2013-10-02")
+        report(instance, "2013-10-03", True)
+        later = tick(defs, sensor, instance, first.cursor)
+        assert [r.run_key for r in later.run_requests] == ["drift_sensor:2013-10-03"]
 
 
 def test_weekly_schedule_keys_runs_by_their_tick(triggers) -> None:

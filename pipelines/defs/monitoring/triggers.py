@@ -3,7 +3,8 @@
 The sensors read the monitoring assets' materializations in storage order. An event is a
 monitored day whose materialization says it crossed a threshold (the assets apply the task's
 policy); each event gives at most one run (its run key), and a sensor that fired stays quiet for
-`cooldown_days` of monitored days, so a drift that persists does not retrain every day.
+`cooldown_days` of monitored days, so a drift that persists does not retrain every day. No
+trigger asks while a retraining covers the day, nor before a label came in since the last one.
 """
 
 import json
@@ -50,6 +51,20 @@ def covering_run(instance: dg.DagsterInstance, job_name: str, day: str) -> str |
     return None
 
 
+def labels_seen_by(instance: dg.DagsterInstance, job_name: str, labels: dg.AssetKey) -> str | None:
+    """The newest retraining run that ran (not failed) if it started after the last label import:
+    it cut its dataset from every label there is, so another one would train the same challenger
+    again. (Start times come from the run's events, to the microsecond in every storage.)"""
+    imported = instance.get_latest_materialization_event(labels)
+    for record in instance.get_run_records(dg.RunsFilter(job_name=job_name), limit=20):
+        if record.dagster_run.status == dg.DagsterRunStatus.FAILURE or record.start_time is None:
+            continue
+        if imported is None or record.start_time >= imported.timestamp:
+            return record.dagster_run.run_id
+        return None
+    return None
+
+
 def _event_sensor(
     name: str,
     asset_key: dg.AssetKey,
@@ -58,6 +73,7 @@ def _event_sensor(
     policy: MonitoringPolicy,
     description: str,
     interval_s: int | None,
+    labels: dg.AssetKey | None,
 ) -> dg.SensorDefinition:
     @dg.sensor(
         name=name, job=job, minimum_interval_seconds=interval_s or 60, description=description
@@ -84,6 +100,9 @@ def _event_sensor(
             if covered := covering_run(context.instance, job.name, day):
                 context.log.info(f"{day}: {flag} but run {covered} already retrains on that day")
                 continue
+            if labels and (seen := labels_seen_by(context.instance, job.name, labels)):
+                context.log.info(f"{day}: {flag} but no label came in since run {seen}")
+                continue
             version = metadata.get("model_version")
             requests.append(
                 dg.RunRequest(
@@ -103,10 +122,14 @@ def _event_sensor(
 
 
 def build_monitoring_triggers(
-    job: "UnresolvedAssetJobDefinition", policy: MonitoringPolicy, interval_s: int | None = None
+    job: "UnresolvedAssetJobDefinition",
+    policy: MonitoringPolicy,
+    interval_s: int | None = None,
+    labels: dg.AssetKey | None = None,
 ) -> tuple[dg.SensorDefinition, dg.SensorDefinition, dg.ScheduleDefinition]:
     """`drift_sensor`, `performance_sensor` (evaluated every `interval_s` seconds at least,
-    default 60) and `retraining_schedule`, all requesting `job`."""
+    default 60) and `retraining_schedule`, all requesting `job`; with `labels` (the imported
+    labels' asset) none asks again before a label came in since the last retraining."""
     drift = _event_sensor(
         "drift_sensor",
         dg.AssetKey("feature_drift"),
@@ -115,6 +138,7 @@ def build_monitoring_triggers(
         policy,
         "Request a retraining when a day's feature or score drift crosses the thresholds.",
         interval_s,
+        labels,
     )
     performance = _event_sensor(
         "performance_sensor",
@@ -124,6 +148,7 @@ def build_monitoring_triggers(
         policy,
         "Request a retraining when the champion's realized performance falls below validation.",
         interval_s,
+        labels,
     )
 
     @dg.schedule(
@@ -142,6 +167,8 @@ def build_monitoring_triggers(
         day = (moment.date() - timedelta(days=1)).isoformat()
         if covered := covering_run(context.instance, job.name, day):
             return dg.SkipReason(f"run {covered} already retrains on data up to {day}")
+        if labels and (seen := labels_seen_by(context.instance, job.name, labels)):
+            return dg.SkipReason(f"no label came in since run {seen}")
         return dg.RunRequest(
             run_key=f"retraining_schedule:{moment.isoformat()}",
             tags={TRIGGER_TAG: "schedule", EVENT_DAY_TAG: day},
