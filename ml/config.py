@@ -123,8 +123,6 @@ class TuneConfig:
     reduction_factor: int = 3
     pruning: bool = True
     search_space: SearchSpace = field(default_factory=SearchSpace)
-    # Threads in this process; more processes may run tune() against the same storage.
-    n_jobs: int = 1
     # Worker processes on the study (ml.tuning.tune starts them); 1 tunes in this process.
     workers: int = 1
     # On an RDB storage each running trial beats every heartbeat_interval_s; one silent for

@@ -316,9 +316,7 @@ def tune(
     if config.n_trials is None:
         objective = make_objective(datamodule, config, model_config, train_config)
         callbacks = [trial_callback] if trial_callback else []
-        study.optimize(
-            objective, timeout=config.timeout_s, n_jobs=config.n_jobs, callbacks=callbacks
-        )
+        study.optimize(objective, timeout=config.timeout_s, callbacks=callbacks)
         return summarize(study)
     plan_trials(study, config.n_trials)
     if config.workers == 1:

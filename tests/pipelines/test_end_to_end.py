@@ -42,8 +42,7 @@ DAYS = 10
 BOOTSTRAP = 6
 # The floor rejects the bootstrap model of so small a budget; the Monday retraining after day 7
 # gives the first champion, so the first day monitored against a champion is the first drifted
-# one. (With the drift a day later, that undrifted day already fired the sensor: a champion
-# trained on one week sees the next week's weather shift; see the README's caveat.)
+# one. Its drift is detected that day; the retraining it asks for waits a day, for new labels.
 DRIFT = PlantedDrift(START + timedelta(days=BOOTSTRAP + 1), "celsius")
 RETRAINING = {
     "ops": {
@@ -108,8 +107,15 @@ def test_planted_drift_fires_the_drift_sensor_and_retraining_runs(played) -> Non
     drift_runs = retraining_runs(instance, "drift")
     assert drift_runs, "the drift sensor requested no retraining"
     first = drift_runs[0]
-    # On the first drifted day, one run per event, for the drifted features.
-    assert first.tags["flywheel/event_day"] == DRIFT.start.isoformat()
+    # The drift is detected on its first day, the morning after Monday's retraining; with no
+    # label come in since, the retraining waits for the next drifted day, after its labels came.
+    drifted = {
+        r.asset_materialization.partition: r.asset_materialization.metadata["is_drifted"].value
+        for r in instance.fetch_materializations(dg.AssetKey("feature_drift"), limit=100).records
+        if "is_drifted" in r.asset_materialization.metadata
+    }
+    assert drifted[DRIFT.start.isoformat()] is True
+    assert first.tags["flywheel/event_day"] == (DRIFT.start + timedelta(days=1)).isoformat()
     assert first.tags["dagster/sensor_name"] == "drift_sensor"
     assert len({r.tags["dagster/run_key"] for r in drift_runs}) == len(drift_runs)
     assert first.status == dg.DagsterRunStatus.SUCCESS
@@ -317,7 +323,9 @@ def test_a_retraining_killed_mid_training_does_not_stop_the_next_one(played, tmp
             dg.RunsFilter(tags={"dagster/parent_run_id": killed.run_id})
         )
         assert [r.dagster_run.status for r in retries] == [dg.DagsterRunStatus.SUCCESS]
-        # The next trigger (Monday's schedule) still requests a retraining, which completes.
+        # Once a day's labels came in, the next trigger (Monday's schedule) still requests a
+        # retraining, which completes.
+        driver.day(NEXT)
         monday = datetime.combine(NEXT + timedelta(days=(7 - NEXT.weekday()) % 7), time(4))
         tick = driver.submit(
             driver.schedule.requests(monday.replace(tzinfo=UTC)), driver.schedule.origin
