@@ -364,14 +364,27 @@ def run_workers(
             command = [sys.executable, "-m", "ml.tuning", "work", str(spec), str(worker)]
             processes.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log))
         lost, failed = [], []
-        for worker, (process, log) in enumerate(processes):
-            status = process.wait()
-            log.close()
-            if status < 0:
-                lost.append(worker)
-            elif status != 0:
-                tail = (spec / f"worker-{worker}.log").read_text()[-3000:]
-                failed.append(f"tuning worker {worker} exited with status {status}:\n{tail}")
+        try:
+            for worker, (process, log) in enumerate(processes):
+                status = process.wait()
+                log.close()
+                if status < 0:
+                    lost.append(worker)
+                elif status != 0:
+                    tail = (spec / f"worker-{worker}.log").read_text()[-3000:]
+                    failed.append(f"tuning worker {worker} exited with status {status}:\n{tail}")
+        finally:
+            # Interrupted (the run was cancelled): no worker outlives the step. Their running
+            # trials stop beating and are retried when the study resumes.
+            for process, log in processes:
+                if process.poll() is None:
+                    process.terminate()
+                    try:
+                        process.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                        process.wait()
+                log.close()
         if failed:
             raise WorkerError("\n\n".join(failed))
         study = create_study(config, max_epochs=train_config.max_epochs)

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 from optuna.trial import TrialState
 
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
 from ml.tuning import WorkerError, create_study, tune
+from tests.ml.conftest import REPO
 
 SPACE = SearchSpace(width=(16, 32), depth=(1, 2), arch=("mlp",))
 ONE_EPOCH = TrainConfig(max_epochs=1, batch_size=512, early_stopping_patience=None)
@@ -132,3 +137,37 @@ def test_parallel_workers_need_a_trial_budget(
         tune(
             datamodule, replace(study_config, n_trials=None, timeout_s=5.0), train_config=ONE_EPOCH
         )
+
+
+INTERRUPTED = """
+import sys
+from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
+from ml.data import TabularDataModule
+from ml.tuning import tune
+
+train, val, storage, study = sys.argv[1:5]
+config = TuneConfig(n_trials=50, storage=storage, study_name=study, pruning=False, workers=2,
+                    search_space=SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",)))
+tune(TabularDataModule(train, val, batch_size=512), config, ModelConfig(),
+     TrainConfig(max_epochs=20, batch_size=512, early_stopping_patience=None))
+"""
+
+
+def test_an_interrupted_tuning_leaves_no_worker_behind(
+    parquet_splits: dict[str, Path], study_config: TuneConfig
+) -> None:
+    # What a cancelled run does to its step: an interrupt in the process that started workers.
+    args = [str(parquet_splits["train"]), str(parquet_splits["val"]), study_config.storage]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED, *args, study_config.study_name], cwd=REPO
+    )
+    study = create_study(study_config, max_epochs=1)
+    deadline = time.monotonic() + 120
+    while not study.get_trials(states=(TrialState.RUNNING,)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    workers = psutil.Process(parent.pid).children()
+    assert len(workers) == 2, "the workers never started a trial"
+    parent.send_signal(signal.SIGINT)
+    assert parent.wait(timeout=60) != 0
+    gone, alive = psutil.wait_procs(workers, timeout=5)
+    assert alive == [] and len(gone) == 2
