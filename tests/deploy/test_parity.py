@@ -25,8 +25,10 @@ from pipelines.lib.datasets import init_repository
 from tests.deploy.stackctl import passable, stack, stack_env
 
 REPO = Path(__file__).resolve().parents[2]
-# The first model after four days: three of them labelled (train, validation, test).
-START, DAYS, BOOTSTRAP = "2013-02-27", 4, 4
+# The first model after four days (three of them labelled: train, validation, test), on
+# Saturday 03-02; Sunday's labels come in, and Sunday night's tick of the weekly schedule
+# (submitted by the simulator's calendar through the daemon's queue) retrains on them.
+START, DAYS, BOOTSTRAP = "2013-02-27", 5, 4
 BUDGET = {
     "FLYWHEEL_TRIALS": "1",
     "FLYWHEEL_MAX_EPOCHS": "2",
@@ -125,11 +127,11 @@ def test_the_daemon_driven_stack_plays_the_same_loop_as_the_in_process_driver(
         "retraining_job",
     }
     origins = {origin for job, _, origin, _ in runs if job == "retraining_job"}
-    assert origins == {"operator:bootstrap"}
+    assert origins == {"operator:bootstrap", "retraining_schedule"}
     assert through_the_daemon["runs"] == runs
-    assert len(in_process["datasets"]) == 1
+    assert len(in_process["datasets"]) == 2
     assert through_the_daemon["datasets"] == in_process["datasets"]
-    assert len(in_process["decisions"]) == 1
+    assert len(in_process["decisions"]) == 2
     assert through_the_daemon["decisions"] == in_process["decisions"]
 
 
