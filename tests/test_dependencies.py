@@ -94,10 +94,10 @@ def test_xdist_runs_a_group_on_one_worker(tmp_path):
             "def test_it(i):\n    pass\n"
         )
     (tmp_path / "test_other.py").write_text("def test_other():\n    pass\n")
-    out = _run(
-        [str(BIN / "pytest"), "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider"],
-        tmp_path,
-    )
+    # Its own basetemp: a pytest without one resets /tmp/pytest-of-<user> to 0700, which cuts
+    # PostgreSQL's user off from the stacks the other worker's tests are running.
+    command = [str(BIN / "pytest"), "-n", "2", "--dist", "loadgroup", "-v"]
+    out = _run([*command, "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'bt'}"], tmp_path)
     workers = {
         line.split()[0] for line in out.splitlines() if "PASSED" in line and "test_it" in line
     }
