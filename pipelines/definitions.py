@@ -88,7 +88,7 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         config=retraining_run_config(),
     )
     drift_sensor, performance_sensor, retraining_schedule = build_monitoring_triggers(
-        retraining_job, monitoring_policy, interval_s, labels.key
+        retraining_job, monitoring_policy, labels.key, interval_s
     )
     dataset_job = dg.define_asset_job(
         "dataset_job",

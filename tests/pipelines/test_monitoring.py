@@ -85,9 +85,7 @@ def test_cooldown_counts_monitored_days(day: str, last: str | None, expected: bo
 @pytest.fixture
 def triggers():
     job = dg.define_asset_job("retraining_job", selection=dg.AssetSelection.all())
-    drift, performance, schedule = build_monitoring_triggers(
-        job, POLICY, labels=dg.AssetKey("labels")
-    )
+    drift, performance, schedule = build_monitoring_triggers(job, POLICY, dg.AssetKey("labels"))
 
     daily = dg.DailyPartitionsDefinition("2013-01-01")
 

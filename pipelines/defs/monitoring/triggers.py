@@ -73,7 +73,7 @@ def _event_sensor(
     policy: MonitoringPolicy,
     description: str,
     interval_s: int | None,
-    labels: dg.AssetKey | None,
+    labels: dg.AssetKey,
 ) -> dg.SensorDefinition:
     @dg.sensor(
         name=name, job=job, minimum_interval_seconds=interval_s or 60, description=description
@@ -100,7 +100,7 @@ def _event_sensor(
             if covered := covering_run(context.instance, job.name, day):
                 context.log.info(f"{day}: {flag} but run {covered} already retrains on that day")
                 continue
-            if labels and (seen := labels_seen_by(context.instance, job.name, labels)):
+            if seen := labels_seen_by(context.instance, job.name, labels):
                 context.log.info(f"{day}: {flag} but no label came in since run {seen}")
                 continue
             version = metadata.get("model_version")
@@ -124,12 +124,12 @@ def _event_sensor(
 def build_monitoring_triggers(
     job: "UnresolvedAssetJobDefinition",
     policy: MonitoringPolicy,
+    labels: dg.AssetKey,
     interval_s: int | None = None,
-    labels: dg.AssetKey | None = None,
 ) -> tuple[dg.SensorDefinition, dg.SensorDefinition, dg.ScheduleDefinition]:
     """`drift_sensor`, `performance_sensor` (evaluated every `interval_s` seconds at least,
-    default 60) and `retraining_schedule`, all requesting `job`; with `labels` (the imported
-    labels' asset) none asks again before a label came in since the last retraining."""
+    default 60) and `retraining_schedule`, all requesting `job`; none asks again before the imported
+    `labels` asset was materialized since the last retraining started."""
     drift = _event_sensor(
         "drift_sensor",
         dg.AssetKey("feature_drift"),
@@ -167,7 +167,7 @@ def build_monitoring_triggers(
         day = (moment.date() - timedelta(days=1)).isoformat()
         if covered := covering_run(context.instance, job.name, day):
             return dg.SkipReason(f"run {covered} already retrains on data up to {day}")
-        if labels and (seen := labels_seen_by(context.instance, job.name, labels)):
+        if seen := labels_seen_by(context.instance, job.name, labels):
             return dg.SkipReason(f"no label came in since run {seen}")
         return dg.RunRequest(
             run_key=f"retraining_schedule:{moment.isoformat()}",
