@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import dagster as dg
 
@@ -25,8 +26,13 @@ from pipelines.resources import build_resources
 from pipelines.settings import retraining_run_config, sensor_interval_s
 
 
-def build_definitions(env: str | None = None, task_name: str | None = None) -> dg.Definitions:
-    """Build the definitions of `task_name` (FLYWHEEL_TASK, default flights) for `env`."""
+def build_definitions(
+    env: str | None = None,
+    task_name: str | None = None,
+    resources: Mapping[str, dg.ConfigurableResource] | None = None,
+) -> dg.Definitions:
+    """Build the definitions of `task_name` (FLYWHEEL_TASK, default flights) for `env`, with
+    `resources` in place of the environment's own where given."""
     task = load_task(task_name or os.environ.get("FLYWHEEL_TASK", "flights"))
     interval_s = sensor_interval_s()
     ingestion = {a.key.path[-1]: a for a in build_ingestion_assets(task)}
@@ -120,7 +126,7 @@ def build_definitions(env: str | None = None, task_name: str | None = None) -> d
         ],
         schedules=[retraining_schedule],
         sensors=[landing_sensor, export_sensor, inbox_sensor, drift_sensor, performance_sensor],
-        resources=build_resources(env),
+        resources={**build_resources(env), **(resources or {})},
         # A run's steps run in the run's own process (a pod on Kubernetes), one after the other:
         # the warehouse pool runs them one at a time anyway, and a process per step would load
         # the code location again before each (5-6 s on two cores).

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import duckdb
 import pandas as pd
 
 from pipelines.contracts import SQL_TYPES, FeedSpec, TaskSpec
 from pipelines.lib.landing_zone import LandingZone
+from pipelines.lib.warehouse import WarehouseConnection
 from pipelines.validation import ValidatedFile, validate_file
 
 RAW_SCHEMA = "raw"
@@ -48,18 +48,22 @@ def raw_table_columns(feed: FeedSpec) -> dict[str, str]:
     return columns | LINEAGE_COLUMNS
 
 
-def ensure_raw_tables(con: duckdb.DuckDBPyConnection, task: TaskSpec) -> None:
+def ensure_raw_tables(con: WarehouseConnection, task: TaskSpec) -> None:
     """Create the raw schema's tables if absent; fail naming the table if one has drifted."""
-    con.execute(f"create schema if not exists {RAW_SCHEMA}")
     tables = {f.name: raw_table_columns(f) for f in task.feeds.values()}
     tables["quarantine"] = QUARANTINE_COLUMNS
     if task.labels_table:
         tables[task.labels_table] = task.labels_columns
     if task.label_tasks_table:
         tables[task.label_tasks_table] = task.label_tasks_columns
+    missing = [n for n in tables if not con.has_relation(f"{RAW_SCHEMA}.{n}")]
+    if missing:
+        with con.ddl():
+            con.execute(f"create schema if not exists {RAW_SCHEMA}")
+            for name in missing:
+                ddl = ", ".join(f'"{c}" {con.sql_type(t)}' for c, t in tables[name].items())
+                con.execute(f"create table if not exists {RAW_SCHEMA}.{name} ({ddl})")
     for name, columns in tables.items():
-        ddl = ", ".join(f'"{c}" {t}' for c, t in columns.items())
-        con.execute(f"create table if not exists {RAW_SCHEMA}.{name} ({ddl})")
         found = con.execute(
             "select column_name from information_schema.columns "
             "where table_schema = ? and table_name = ? order by ordinal_position",
@@ -86,16 +90,17 @@ def read_and_validate(
 
 
 def load_validated(
-    con: duckdb.DuckDBPyConnection,
+    con: WarehouseConnection,
     feed: FeedSpec,
     files: list[tuple[str | None, ValidatedFile]],
 ) -> list[DayLoad]:
-    """Replace each day's raw rows and quarantine rows with `files`, in one transaction."""
+    """Replace each day's raw rows and quarantine rows with `files`, in one transaction that
+    holds the days' partitions of the feed's table."""
     now = datetime.now(UTC).replace(tzinfo=None)
     table = f"{RAW_SCHEMA}.{feed.name}"
     loads = []
-    con.execute("begin transaction")
-    try:
+    with con.transaction():
+        con.lock_partitions(table, [day or "reference" for day, _ in files])
         for day, vf in files:
             if feed.kind == "daily":
                 con.execute(f"delete from {table} where _landing_date = ?", [day])
@@ -112,21 +117,13 @@ def load_validated(
             rows = vf.rows.assign(_source_file=vf.key, _ingested_at=now)
             if feed.kind == "daily":
                 rows["_landing_date"] = pd.Timestamp(day).date()
-            con.register("_rows", rows)
-            con.execute(f"insert into {table} by name select * from _rows")
-            con.unregister("_rows")
+            con.insert_rows(table, rows)
             rejected = vf.rejected.assign(
                 feed=feed.name,
                 landing_date=pd.Timestamp(day).date() if day else None,
                 source_file=vf.key,
                 quarantined_at=now,
             )
-            con.register("_rejected", rejected)
-            con.execute(f"insert into {RAW_SCHEMA}.quarantine by name select * from _rejected")
-            con.unregister("_rejected")
+            con.insert_rows(f"{RAW_SCHEMA}.quarantine", rejected)
             loads.append(DayLoad(day, vf.key, len(vf.rows), len(vf.rejected), vf.ignored_columns))
-        con.execute("commit")
-    except BaseException:
-        con.execute("rollback")
-        raise
     return loads

@@ -34,6 +34,7 @@ from pipelines.resources import (
     label_store,
     landing_zone,
     required_env,
+    warehouse,
 )
 
 TIMEOUT_S = 5
@@ -142,6 +143,11 @@ def dataset_remote() -> str:
     return f"{store.remote_url} ({REMOTE_SETTING}) at {s3_location(store.endpoint_url)}"
 
 
+def warehouse_database() -> str:
+    """Connect to the PostgreSQL warehouse, as the assets and dbt's `prod` target will."""
+    return f"{warehouse('prod').check(TIMEOUT_S)} (FLYWHEEL_WAREHOUSE_*)"
+
+
 def tracking_server() -> str:
     """Reach the MLflow tracking server."""
     required_env(TRACKING_SETTING)
@@ -160,6 +166,7 @@ def study_storage() -> str:
 
 CHECKS: tuple[tuple[str, Callable[[], str]], ...] = (
     ("Dagster instance", dagster_storage),
+    ("warehouse", warehouse_database),
     ("landing zone", file_stores),
     ("dataset remote", dataset_remote),
     ("MLflow", tracking_server),

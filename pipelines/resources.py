@@ -1,8 +1,9 @@
 """The one environment switch: the same resource keys everywhere, local or prod implementations.
 
 `FLYWHEEL_ENV=local` (default) needs no services: a DuckDB file and a landing folder under
-`FLYWHEEL_HOME`. `FLYWHEEL_ENV=prod` reads an S3 landing zone through dagster-aws and runs dbt
-against its `prod` target; every location and secret comes from environment variables.
+`FLYWHEEL_HOME`. `FLYWHEEL_ENV=prod` reads an S3 landing zone through dagster-aws, and keeps the
+warehouse in PostgreSQL (dbt's `prod` target, dbt-postgres, reads the same settings); every
+location and secret comes from environment variables.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dagster_aws.s3 import S3Resource
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.landing_zone import LandingZone, LocalLandingZone, S3LandingZone
-from pipelines.lib.warehouse import DuckDBWarehouse
+from pipelines.lib.warehouse import DuckDBWarehouse, PostgresWarehouse, Warehouse
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENVIRONMENTS = ("local", "prod")
@@ -39,6 +40,23 @@ def warehouse_path() -> str:
     """The DuckDB database dbt and the assets share (FLYWHEEL_WAREHOUSE_PATH)."""
     # dbt_project/profiles.yml falls back to the same file: <repo>/.flywheel/warehouse.duckdb.
     return os.environ.get("FLYWHEEL_WAREHOUSE_PATH", str(flywheel_home() / "warehouse.duckdb"))
+
+
+def warehouse(env: str | None = None) -> Warehouse:
+    """The warehouse of `env`: the DuckDB file, or PostgreSQL in prod (FLYWHEEL_WAREHOUSE_HOST,
+    _PORT (5432), _USER, _PASSWORD, _DATABASE: the same variables as dbt's `prod` target)."""
+    if (env or current_env()) == "local":
+        return DuckDBWarehouse(path=warehouse_path())
+    port = os.environ.get("FLYWHEEL_WAREHOUSE_PORT", "5432")
+    if not port.isdigit():
+        raise ConfigurationError(f"FLYWHEEL_WAREHOUSE_PORT={port!r}: expected a port number")
+    return PostgresWarehouse(
+        host=required_env("FLYWHEEL_WAREHOUSE_HOST"),
+        port=int(port),
+        user=required_env("FLYWHEEL_WAREHOUSE_USER"),
+        password=os.environ.get("FLYWHEEL_WAREHOUSE_PASSWORD", ""),
+        database=required_env("FLYWHEEL_WAREHOUSE_DATABASE"),
+    )
 
 
 def required_env(name: str) -> str:
@@ -96,7 +114,7 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
         "dataset_store": dataset_store(env),
         "tracker": tracker_resource(env, flywheel_home()),
         "tuning_storage": tuning_storage(env, flywheel_home()),
-        "warehouse": DuckDBWarehouse(path=warehouse_path()),
+        "warehouse": warehouse(env),
         "dbt": FlywheelDbtCliResource(
             project_dir=dbt_project, target=env, dbt_executable=dbt_executable()
         ),

@@ -4,7 +4,7 @@
 {%- endmacro %}
 
 {% macro default__iso_weekday(date_expr) -%}
-    extract(isodow from {{ date_expr }})
+    cast(extract(isodow from {{ date_expr }}) as {{ dbt.type_bigint() }})
 {%- endmacro %}
 
 {% macro duckdb__iso_weekday(date_expr) -%}

@@ -21,7 +21,7 @@ PACKAGE = "postgresql"
 SERVER_USER = "postgres"
 ROLE = "flywheel"
 INSTALL_LOCK = "/var/lock/flywheel-postgresql-install.lock"
-DATABASES = ("dagster", "mlflow", "optuna")
+DATABASES = ("dagster", "mlflow", "optuna", "warehouse")
 
 
 def binaries() -> Path:
@@ -175,6 +175,42 @@ def create_databases(url: str) -> None:
                     cursor.execute(f'create database "{name}"')
     finally:
         connection.close()
+
+
+def warehouse_settings(url: str, database: str = "warehouse") -> dict[str, str]:
+    """The FLYWHEEL_WAREHOUSE_* settings of `database` on the server of SQLAlchemy URL `url`."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return {
+        "FLYWHEEL_WAREHOUSE_HOST": parsed.host or "127.0.0.1",
+        "FLYWHEEL_WAREHOUSE_PORT": str(parsed.port or 5432),
+        "FLYWHEEL_WAREHOUSE_USER": parsed.username or ROLE,
+        "FLYWHEEL_WAREHOUSE_PASSWORD": parsed.password or "",
+        "FLYWHEEL_WAREHOUSE_DATABASE": database,
+    }
+
+
+@contextmanager
+def scratch_database(url: str, name: str) -> Iterator[dict[str, str]]:
+    """A new, empty database `name` on the server of `url` (dropped on exit, sessions and all);
+    yields its FLYWHEEL_WAREHOUSE_* settings."""
+    import psycopg2
+
+    def admin(statement: str) -> None:
+        connection = psycopg2.connect(_libpq(url))
+        connection.autocommit = True
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(statement)
+        finally:
+            connection.close()
+
+    admin(f'create database "{name}"')
+    try:
+        yield warehouse_settings(url, name)
+    finally:
+        admin(f'drop database if exists "{name}" with (force)')
 
 
 def _libpq(url: str) -> str:

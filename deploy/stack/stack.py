@@ -33,6 +33,9 @@ from pipelines.settings import SENSOR_INTERVAL, SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "flywheel"
+# Steps writing the PostgreSQL warehouse at once (runs of different days); the other pools
+# (the training step's) keep the instance's default of one.
+WAREHOUSE_WRITERS = 4
 PORTS = ("postgres", "s3", "mlflow", "code_server", "webserver")
 # Started in this order, stopped in the reverse one.
 SERVICES = ("s3", "mlflow", "code_server", "daemon", "webserver")
@@ -105,7 +108,12 @@ class Stack:
             "FLYWHEEL_LANDING_BUCKET": BUCKET,
             "FLYWHEEL_DVC_REMOTE": f"s3://{BUCKET}/dvc",
             "FLYWHEEL_DVC_REPO": str(self.root / "checkout" / "data"),
-            "FLYWHEEL_WAREHOUSE_PATH": str(self.root / "warehouse.duckdb"),
+            # The warehouse: the stack's PostgreSQL (dbt's `prod` target reads the same).
+            "FLYWHEEL_WAREHOUSE_HOST": "127.0.0.1",
+            "FLYWHEEL_WAREHOUSE_PORT": str(ports["postgres"]),
+            "FLYWHEEL_WAREHOUSE_USER": postgres.ROLE,
+            "FLYWHEEL_WAREHOUSE_PASSWORD": chosen["postgres_password"],
+            "FLYWHEEL_WAREHOUSE_DATABASE": "warehouse",
             "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{ports['mlflow']}",
             "FLYWHEEL_OPTUNA_STORAGE": f"{pg}/optuna",
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
@@ -217,9 +225,20 @@ class Stack:
                 restored = s3.restore(self.root / "s3", env, BUCKET)
                 if restored:
                     say(f"restored {restored} S3 objects from {self.root / 's3'}")
+        self.open_warehouse_pool()
         ui = describe(self, "webserver")
         say(f"stack up in {time.monotonic() - began:.0f} s; the Dagster UI: {ui}")
         say(f"its settings (FLYWHEEL_ENV=prod; secrets, readable by you only): {self.env_file}")
+
+    def open_warehouse_pool(self) -> None:
+        """Let WAREHOUSE_WRITERS steps write the PostgreSQL warehouse at once (the instance's
+        pools default to one step at a time; `dagster instance concurrency set` does the same)."""
+        import dagster as dg
+
+        from pipelines.lib.warehouse import WAREHOUSE_POOL
+
+        with dg.DagsterInstance.from_config(str(self.dagster_home)) as instance:
+            instance.event_log_storage.set_concurrency_slots(WAREHOUSE_POOL, WAREHOUSE_WRITERS)
 
     def preflight(self) -> None:
         """Every setting the code location and its runs need names a service that answers

@@ -11,7 +11,6 @@ import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import duckdb
 import pandas as pd
 
 from pipelines.contracts import TaskSpec
@@ -24,7 +23,7 @@ from pipelines.labeling import (
     select_for_labeling,
 )
 from pipelines.lib.landing_zone import LandingZone
-from pipelines.lib.warehouse import has_relation, insert_rows, replace_rows
+from pipelines.lib.warehouse import WarehouseConnection, replace_rows
 from pipelines.model_spec import ModelSpec
 
 DRIFT_FLAGS = "drift_flagged_segments"  # written by drift monitoring; absent until it runs
@@ -57,7 +56,7 @@ def _now() -> datetime:
 
 
 def export_candidates(
-    con: duckdb.DuckDBPyConnection, task: TaskSpec, spec: ModelSpec, day: str
+    con: WarehouseConnection, task: TaskSpec, spec: ModelSpec, day: str
 ) -> pd.DataFrame:
     """Features of the day's flights never exported on another day, with the champion's score
     (the predictions table is absent until a model exists)."""
@@ -65,21 +64,25 @@ def export_candidates(
     predictions = spec.predictions_table
     scores = (
         f"left join {predictions} p on p.flight_id = f.flight_id"
-        if has_relation(con, predictions)
-        else "left join (select null::varchar as flight_id, null::double as probability, "
-        "null::varchar as model_version) p on false"
+        if con.has_relation(predictions)
+        else "left join (select cast(null as varchar) as flight_id, "
+        "cast(null as double precision) as probability, cast(null as integer) as model_version) "
+        "p on false"
     )
-    return con.execute(
+    candidates = con.execute(
         f"select f.*, p.probability as score, p.model_version from {spec.features_table} f "
         f"{scores} where f.{spec.time_column} = ? and f.flight_id not in "
-        f"(select flight_id from {tasks} where _landing_date <> ?) order by f.flight_id",
+        f"(select flight_id from {tasks} where _landing_date <> ?)",
         [day, day],
     ).df()
+    # Ordered here, not by the warehouse's collation: the same day draws the same sample on
+    # every backend.
+    return candidates.sort_values("flight_id", ignore_index=True)
 
 
-def flagged_segments(con: duckdb.DuckDBPyConnection, day: str) -> pd.DataFrame | None:
+def flagged_segments(con: WarehouseConnection, day: str) -> pd.DataFrame | None:
     """Segments drift monitoring flagged before `day` (segment_type, segment_value), if any."""
-    if not has_relation(con, DRIFT_FLAGS):
+    if not con.has_relation(DRIFT_FLAGS):
         return None
     return con.execute(
         f"select distinct segment_type, segment_value from {DRIFT_FLAGS} where flagged_at < ?",
@@ -88,7 +91,7 @@ def flagged_segments(con: duckdb.DuckDBPyConnection, day: str) -> pd.DataFrame |
 
 
 def export_day(
-    con: duckdb.DuckDBPyConnection,
+    con: WarehouseConnection,
     store: LandingZone,
     task: TaskSpec,
     spec: ModelSpec,
@@ -138,7 +141,7 @@ def export_day(
 
 
 def import_day(
-    con: duckdb.DuckDBPyConnection, store: LandingZone, task: TaskSpec, day: str
+    con: WarehouseConnection, store: LandingZone, task: TaskSpec, day: str
 ) -> ImportReport:
     """Validate every file delivered on `day` and replace that day's labels and quarantine."""
     labels = f"{RAW_SCHEMA}.{task.labels_table}"
@@ -170,18 +173,13 @@ def import_day(
     bad = bad.assign(
         feed=task.labels_table, landing_date=pd.Timestamp(day).date(), quarantined_at=now
     )
-    con.execute("begin transaction")
-    try:
-        replace_rows(con, labels, "_delivery_date", day, good, transaction=False)
+    with con.transaction():
+        replace_rows(con, labels, "_delivery_date", day, good)
         con.execute(
             f"delete from {RAW_SCHEMA}.quarantine where feed = ? and landing_date = ?",
             [task.labels_table, day],
         )
         if len(bad):
-            insert_rows(con, f"{RAW_SCHEMA}.quarantine", bad)
-        con.execute("commit")
-    except BaseException:
-        con.execute("rollback")
-        raise
+            con.insert_rows(f"{RAW_SCHEMA}.quarantine", bad)
     reasons = bad.reason.str.split(" \\(").str[0].value_counts().to_dict() if len(bad) else {}
     return ImportReport(files, len(good), len(bad), reasons)

@@ -11,6 +11,7 @@ import duckdb
 from pipelines.contracts import load_task
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.lib.dbt import DBT_PROJECT_DIR
+from pipelines.lib.warehouse import DuckDBConnection
 from tests.pipelines.killing import lock_holder
 
 
@@ -19,7 +20,7 @@ def empty_warehouse(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     at it (target and logs under `tmp_path`)."""
     warehouse = tmp_path / "warehouse.duckdb"
     with duckdb.connect(str(warehouse)) as con:
-        ensure_raw_tables(con, load_task())
+        ensure_raw_tables(DuckDBConnection(con), load_task())
     env = os.environ | {
         "FLYWHEEL_WAREHOUSE_PATH": str(warehouse),
         "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",

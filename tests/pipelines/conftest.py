@@ -1,4 +1,5 @@
-"""A flywheel in tmp_path: its own landing folder, DuckDB warehouse and Dagster instance."""
+"""A flywheel in tmp_path: its own landing folder, warehouse (a DuckDB file, or a database of
+its own on the session's PostgreSQL) and Dagster instance."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from functools import cache
 from pathlib import Path
 
 import dagster as dg
-import duckdb
 import pandas as pd
 import pytest
 
 from pipelines.definitions import build_definitions
 from pipelines.lib.datasets import init_repository
+from pipelines.lib.dbt import FlywheelDbtCliResource, dbt_executable, dbt_project
 from pipelines.lib.landing_zone import LocalLandingZone
+from pipelines.resources import warehouse
 
 
 @cache
@@ -36,14 +38,28 @@ def source_rows(name: str, day: str) -> int:
 
 
 class Flywheel:
-    """Handles on one test flywheel: definitions, landing zone, warehouse path, instance."""
+    """Handles on one test flywheel: definitions, landing zone, warehouse, instance.
 
-    def __init__(self, home: Path, instance: dg.DagsterInstance):
+    On `postgres`, the local flywheel's warehouse is the production one: PostgreSQL (the
+    FLYWHEEL_WAREHOUSE_* settings) built by dbt's `prod` target.
+    """
+
+    def __init__(self, home: Path, instance: dg.DagsterInstance, backend: str = "duckdb"):
         self.home = home
         self.instance = instance
-        self.defs = build_definitions(env="local")
+        self.backend = backend
+        resources = None
+        if backend == "postgres":
+            resources = {
+                "warehouse": warehouse("prod"),
+                "dbt": FlywheelDbtCliResource(
+                    project_dir=dbt_project, target="prod", dbt_executable=dbt_executable()
+                ),
+            }
+        self.defs = build_definitions(env="local", resources=resources)
         self.zone = LocalLandingZone(root=str(home / "landing"))
         self.warehouse = home / "warehouse.duckdb"
+        self.resource = self.defs.resources["warehouse"]
 
     def run(
         self,
@@ -68,7 +84,7 @@ class Flywheel:
 
     def sql(self, query: str) -> list[tuple]:
         """Run a read query against the warehouse."""
-        with duckdb.connect(str(self.warehouse), read_only=True) as con:
+        with self.resource.connect() as con:
             return con.execute(query).fetchall()
 
     def scalar(self, query: str):
@@ -76,20 +92,42 @@ class Flywheel:
 
 
 @contextmanager
-def flywheel_in(tmp: Path, patch: pytest.MonkeyPatch) -> Iterator[Flywheel]:
-    """A local flywheel under `tmp`, its environment set through `patch`."""
+def flywheel_in(
+    tmp: Path, patch: pytest.MonkeyPatch, warehouse_settings: dict[str, str] | None = None
+) -> Iterator[Flywheel]:
+    """A local flywheel under `tmp`, its environment set through `patch`; its warehouse is
+    PostgreSQL when given `warehouse_settings` (FLYWHEEL_WAREHOUSE_*)."""
     home = tmp / "flywheel"
     patch.setenv("FLYWHEEL_ENV", "local")
     patch.setenv("FLYWHEEL_HOME", str(home))
     patch.setenv("FLYWHEEL_WAREHOUSE_PATH", str(home / "warehouse.duckdb"))
+    for name, value in (warehouse_settings or {}).items():
+        patch.setenv(name, value)
     (tmp / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp / "dagster")) as instance:
-        yield Flywheel(home, instance)
+        yield Flywheel(home, instance, "postgres" if warehouse_settings else "duckdb")
 
 
 @pytest.fixture
 def flywheel(tmp_path, monkeypatch) -> Iterator[Flywheel]:
     with flywheel_in(tmp_path, monkeypatch) as flywheel:
+        yield flywheel
+
+
+@pytest.fixture
+def postgres_warehouse(postgres_url, request) -> Iterator[dict[str, str]]:
+    """A new, empty database on the session's PostgreSQL; its FLYWHEEL_WAREHOUSE_* settings."""
+    from deploy.stack.postgres import scratch_database
+
+    name = "warehouse_" + "".join(c if c.isalnum() else "_" for c in request.node.name)[-40:]
+    with scratch_database(postgres_url, name.lower()) as settings:
+        yield settings
+
+
+@pytest.fixture
+def pg_flywheel(tmp_path, monkeypatch, postgres_warehouse) -> Iterator[Flywheel]:
+    """A flywheel whose warehouse is a database of its own on the session's PostgreSQL."""
+    with flywheel_in(tmp_path, monkeypatch, postgres_warehouse) as flywheel:
         yield flywheel
 
 

@@ -79,7 +79,9 @@ def tracking_server() -> Iterator[TrackingServer]:
 
 
 @pytest.fixture
-def prod(s3_env: S3Env, tracking_server: TrackingServer, monkeypatch, tmp_path) -> S3Env:
+def prod(
+    s3_env: S3Env, tracking_server: TrackingServer, postgres_warehouse, monkeypatch, tmp_path
+) -> S3Env:
     """Every prod setting pointing at a service that answers; a test spoils one of them."""
     home = tmp_path / "dagster"
     home.mkdir()
@@ -95,7 +97,7 @@ def prod(s3_env: S3Env, tracking_server: TrackingServer, monkeypatch, tmp_path) 
         "MLFLOW_TRACKING_URI": tracking_server.uri,
         "FLYWHEEL_OPTUNA_STORAGE": f"sqlite:///{tmp_path / 'optuna.db'}",
     }
-    for name, value in settings.items():
+    for name, value in {**settings, **postgres_warehouse}.items():
         monkeypatch.setenv(name, value)
     return s3_env
 
@@ -250,18 +252,32 @@ def test_preflight_prints_every_wrong_setting_and_fails(prod, monkeypatch, close
     monkeypatch.setenv("FLYWHEEL_LANDING_BUCKET", "no-such-bucket")
     monkeypatch.delenv("FLYWHEEL_DVC_REMOTE")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{closed_port}")
+    monkeypatch.setenv("FLYWHEEL_WAREHOUSE_PORT", str(closed_port))
     assert main() == 1
     lines = capsys.readouterr().out.splitlines()
     failed = [line for line in lines if line.startswith("FAIL")]
-    assert len(lines) == 5 and len(failed) == 3
-    for setting in ("FLYWHEEL_LANDING_BUCKET", "FLYWHEEL_DVC_REMOTE", "MLFLOW_TRACKING_URI"):
+    assert len(lines) == 6 and len(failed) == 4
+    for setting in (
+        "FLYWHEEL_LANDING_BUCKET",
+        "FLYWHEEL_DVC_REMOTE",
+        "MLFLOW_TRACKING_URI",
+        f"_PORT={closed_port}",
+    ):
         assert sum(setting in line for line in failed) == 1
+
+
+def test_a_wrong_warehouse_database_is_named(prod, monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_WAREHOUSE_DATABASE", "no_such_database")
+    (warehouse,) = [c for c in check_settings() if c.service == "warehouse"]
+    assert warehouse.problem is not None
+    assert warehouse.problem.startswith("warehouse PostgreSQL (FLYWHEEL_WAREHOUSE_DATABASE):")
+    assert "no_such_database" in warehouse.problem
 
 
 def test_preflight_passes_when_every_service_answers(prod, capsys):
     assert main() == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 5 and all(line.startswith("ok") for line in lines)
+    assert len(lines) == 6 and all(line.startswith("ok") for line in lines)
 
 
 def test_preflight_checks_nothing_locally(monkeypatch, capsys):

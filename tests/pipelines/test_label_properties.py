@@ -26,6 +26,7 @@ from pipelines.labeling import FROM_NAME, LABEL_CHOICES, TO_NAME
 from pipelines.labeling.annotations import MAX_NESTING
 from pipelines.labeling.exchange import import_day
 from pipelines.lib.landing_zone import LocalLandingZone
+from pipelines.lib.warehouse import DuckDBConnection
 from tests.pipelines.fuzzing import LONG, QUICK, mutate_bytes
 
 TASK = load_task()
@@ -280,9 +281,9 @@ def deliveries(draw: st.DrawFn) -> tuple[bytes, set[tuple], int]:
 
 
 @pytest.fixture(scope="module")
-def inbox(tmp_path_factory) -> Iterator[tuple[duckdb.DuckDBPyConnection, LocalLandingZone]]:
+def inbox(tmp_path_factory) -> Iterator[tuple[DuckDBConnection, LocalLandingZone]]:
     """A warehouse whose label tasks await answers for FLIGHTS, and a label store."""
-    con = duckdb.connect()
+    con = DuckDBConnection(duckdb.connect())
     ensure_raw_tables(con, TASK)
     tasks = pd.DataFrame(
         {
@@ -293,15 +294,14 @@ def inbox(tmp_path_factory) -> Iterator[tuple[duckdb.DuckDBPyConnection, LocalLa
             "_landing_date": pd.Timestamp("2013-01-01").date(),
         }
     )
-    con.register("_tasks", tasks)
-    con.execute(f"insert into {RAW_SCHEMA}.{TASK.label_tasks_table} by name select * from _tasks")
+    con.insert_rows(f"{RAW_SCHEMA}.{TASK.label_tasks_table}", tasks)
     store = LocalLandingZone(root=str(tmp_path_factory.mktemp("labels")))
     store.write_bytes(GOOD_KEY, good_delivery())
     yield con, store
-    con.close()
+    con.raw.close()
 
 
-def tables(con: duckdb.DuckDBPyConnection) -> tuple[list[tuple], list[tuple]]:
+def tables(con: DuckDBConnection) -> tuple[list[tuple], list[tuple]]:
     """The labels and the labels' quarantine, without load timestamps."""
     labels = con.execute(
         f"select task_id, annotation_id, is_late, known_at, source_file "

@@ -24,7 +24,7 @@ from pipelines.labeling import (
 from pipelines.labeling.annotations import MAX_NESTING
 from pipelines.labeling.exchange import import_day
 from pipelines.lib.landing_zone import LocalLandingZone
-from pipelines.lib.warehouse import insert_rows
+from pipelines.lib.warehouse import DuckDBConnection, insert_rows
 
 KEY = "inbox/2013-01-03/b1.json"
 
@@ -284,7 +284,7 @@ def test_nothing_valid_is_lost_every_annotation_is_accepted_or_rejected():
 
 
 def test_a_delivery_nested_too_deeply_is_one_rejected_row_and_its_neighbours_import(tmp_path):
-    con = duckdb.connect()
+    con = DuckDBConnection(duckdb.connect())
     task = load_task()
     ensure_raw_tables(con, task)
     exported = pd.DataFrame({"task_id": list(AWAITING), "flight_id": list(AWAITING.values())})

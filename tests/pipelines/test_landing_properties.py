@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from pipelines.contracts import ColumnSpec, FeedSpec, load_task
 from pipelines.ingestion import RAW_SCHEMA, ensure_raw_tables, load_validated, raw_table_columns
+from pipelines.lib.warehouse import DuckDBConnection
 from pipelines.validation import LandingFileError, ValidatedFile, validate_file
 from sim.replay import day_files, reference_files
 from tests.pipelines.fuzzing import LONG, QUICK, mutate_bytes
@@ -72,9 +73,9 @@ def encode(lines: list[str], ending: str = "\n") -> bytes:
 
 
 @pytest.fixture(scope="module")
-def warehouse() -> Iterator[duckdb.DuckDBPyConnection]:
+def warehouse() -> Iterator[DuckDBConnection]:
     """A warehouse holding the good files: DAY and OTHER_DAY of each daily feed, the reference."""
-    con = duckdb.connect()
+    con = DuckDBConnection(duckdb.connect())
     ensure_raw_tables(con, TASK)
     for feed in FEEDS.values():
         days = [OTHER_DAY, DAY] if feed.kind == "daily" else [None]
@@ -82,10 +83,10 @@ def warehouse() -> Iterator[duckdb.DuckDBPyConnection]:
             lines = good_lines(feed.name, day) if day else good_lines(feed.name)
             load(con, feed, day, encode(list(lines)))
     yield con
-    con.close()
+    con.raw.close()
 
 
-def load(con: duckdb.DuckDBPyConnection, feed: FeedSpec, day: str | None, data: bytes):
+def load(con: DuckDBConnection, feed: FeedSpec, day: str | None, data: bytes):
     """Validate and load one file as the ingestion asset does; the ValidatedFile."""
     validated = validate_file(feed, feed.landing_key(day), data, TASK.null_values, day)
     load_validated(con, feed, [(day, validated)])
@@ -100,12 +101,12 @@ def good_file(feed_name: str) -> ValidatedFile:
     return validate_file(feed, feed.landing_key(day), data, TASK.null_values, day)
 
 
-def restore(con: duckdb.DuckDBPyConnection, feed: FeedSpec) -> None:
+def restore(con: DuckDBConnection, feed: FeedSpec) -> None:
     """Put the good file back, so that every example starts from the same warehouse."""
     load_validated(con, feed, [(file_day(feed), good_file(feed.name))])
 
 
-def snapshot(con: duckdb.DuckDBPyConnection, feed: FeedSpec) -> dict[str, list[tuple]]:
+def snapshot(con: DuckDBConnection, feed: FeedSpec) -> dict[str, list[tuple]]:
     """The feed's raw rows and quarantine rows, without load timestamps, in a fixed order."""
     return {
         "rows": con.execute(
@@ -125,7 +126,7 @@ def records(data: bytes) -> int:
     return sum(1 for _ in csv.reader(io.StringIO(text, newline=""))) - 1
 
 
-def check_landing_file(con: duckdb.DuckDBPyConnection, feed_name: str, data: bytes) -> None:
+def check_landing_file(con: DuckDBConnection, feed_name: str, data: bytes) -> None:
     """The ingestion invariants for one file of a feed landing on DAY (or as reference data)."""
     feed = FEEDS[feed_name]
     day, key = file_day(feed), feed.landing_key(file_day(feed))
@@ -349,14 +350,14 @@ def spelled_integers(draw: st.DrawFn) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def numbers_warehouse() -> Iterator[duckdb.DuckDBPyConnection]:
+def numbers_warehouse() -> Iterator[DuckDBConnection]:
     """A warehouse with a table for NUMBERS, which has no bounds: every int64 is valid."""
-    con = duckdb.connect()
+    con = DuckDBConnection(duckdb.connect())
     ensure_raw_tables(con, TASK)  # the quarantine
     ddl = ", ".join(f"{c} {t}" for c, t in raw_table_columns(NUMBERS).items())
     con.execute(f"create table {RAW_SCHEMA}.numbers ({ddl})")
     yield con
-    con.close()
+    con.raw.close()
 
 
 def check_numbers(con, cases: list[tuple[int, str]], x: float) -> None:

@@ -166,7 +166,7 @@ final as (
         rate_date,
         cast(coalesce(labelled_count, 0) as {{ dbt.type_bigint() }}) as labelled_count,
         cast(coalesce(late_count, 0) as {{ dbt.type_bigint() }}) as late_count,
-        late_count * 1.0 / nullif(labelled_count, 0) as late_rate,
+        cast(late_count as double precision) / nullif(labelled_count, 0) as late_rate,
         latest_label_known_at
     from rolled
     where rate_date >= (select start_date from bounds)

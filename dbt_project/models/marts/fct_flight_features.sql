@@ -71,8 +71,8 @@ final as (
         flight_segments.weather_observed_at,
 
         flight_segments.tailnum,
-        extract(year from flight_segments.flight_date) - planes.manufactured_year
-            as plane_age_years,
+        cast(extract(year from flight_segments.flight_date) as {{ dbt.type_bigint() }})
+            - planes.manufactured_year as plane_age_years,
         planes.seat_count as plane_seats,
         planes.engine_count as plane_engines,
         planes.manufacturer as plane_manufacturer,

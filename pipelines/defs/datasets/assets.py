@@ -6,7 +6,7 @@ import pandas as pd
 from ml.splits import split_by_time
 from pipelines.contracts import TaskSpec
 from pipelines.lib.datasets import DvcDatasetStore
-from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
+from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.model_spec import ModelSpec
 
 
@@ -42,12 +42,13 @@ def build_dataset_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefin
         kinds={"dvc", "parquet"},
     )
     def training_dataset(
-        config: DatasetConfig, warehouse: DuckDBWarehouse, dataset_store: DvcDatasetStore
+        config: DatasetConfig, warehouse: Warehouse, dataset_store: DvcDatasetStore
     ) -> dg.MaterializeResult:
         """Labelled examples as train/validation/test Parquet (latest days held out), in DVC."""
-        examples = warehouse.query(
-            f"select * from {spec.examples_table} order by {spec.example_id}"
-        )
+        examples = warehouse.query(f"select * from {spec.examples_table}")
+        # Ordered here, not by the warehouse's collation: the same rows give the same files
+        # (and DVC hash) on every backend.
+        examples = examples.sort_values(spec.example_id, ignore_index=True)
         splits = split_by_time(examples, spec.time_column, config.validation_days, config.test_days)
         version = dataset_store.save(task.name, splits)
         schema = {c: str(t) for c, t in examples.dtypes.items()}

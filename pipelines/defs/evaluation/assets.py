@@ -17,7 +17,7 @@ from pipelines.defs.training.assets import latest_dataset
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.registry import champion, model_version, record_decision, registered_name
 from pipelines.lib.tracking import MlflowTracker
-from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
+from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.model_spec import ModelSpec
 from pipelines.policy import PromotionPolicy
 
@@ -43,7 +43,7 @@ def build_evaluation_assets(
     @dg.asset(group_name=GROUP, deps=[CHALLENGER], pool=WAREHOUSE_POOL, kinds={"mlflow"})
     def model_evaluation(
         context: dg.AssetExecutionContext,
-        warehouse: DuckDBWarehouse,
+        warehouse: Warehouse,
         tracker: MlflowTracker,
         dataset_store: DvcDatasetStore,
     ) -> dg.MaterializeResult:

@@ -14,7 +14,7 @@ import pandas as pd
 from pipelines.labeling.selection import UNIFORM_REASONS
 from pipelines.lib.registry import PROFILE_ARTIFACT, ModelVersion, load_model, log_json, log_png
 from pipelines.lib.tracking import MlflowTracker
-from pipelines.lib.warehouse import DuckDBWarehouse
+from pipelines.lib.warehouse import Warehouse
 from pipelines.model_spec import ModelSpec
 from pipelines.policy import PromotionPolicy
 
@@ -51,7 +51,7 @@ def _scores(
 
 def reference_profile(
     tracker: MlflowTracker,
-    warehouse: DuckDBWarehouse,
+    warehouse: Warehouse,
     spec: ModelSpec,
     frames: dict[str, pd.DataFrame],
     model: ModelVersion,
@@ -89,7 +89,7 @@ def unbiased_sample(test: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 def evaluate_challenger(
     tracker: MlflowTracker,
-    warehouse: DuckDBWarehouse,
+    warehouse: Warehouse,
     spec: ModelSpec,
     dataset: TrainingDataset,
     challenger: ModelVersion,

@@ -16,7 +16,7 @@ from pipelines.feed_checks import FeedChecks, baseline_days, load_feed_checks
 from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.lib.partitions import daily_partitions
-from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
+from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 
 GROUP = "ingestion"
 
@@ -44,11 +44,11 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
         partitions_def=daily_partitions(task) if daily else None,
         backfill_policy=dg.BackfillPolicy.single_run() if daily else None,
         pool=WAREHOUSE_POOL,
-        kinds={"duckdb", "csv"},
+        kinds={"sql", "csv"},
         check_specs=specs,
     )
     def _feed_asset(
-        context: dg.AssetExecutionContext, landing_zone: LandingZone, warehouse: DuckDBWarehouse
+        context: dg.AssetExecutionContext, landing_zone: LandingZone, warehouse: Warehouse
     ) -> dg.MaterializeResult:
         days = list(context.partition_keys) if daily else [None]
         files = read_and_validate(task, feed, days, landing_zone)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 import dagster as dg
-import duckdb
 import pandas as pd
 
 from pipelines.contracts import FeedSpec, TaskSpec
@@ -26,6 +25,7 @@ from pipelines.feed_checks import (
 )
 from pipelines.ingestion import RAW_SCHEMA, DayLoad
 from pipelines.lib.landing_zone import LandingFile
+from pipelines.lib.warehouse import WarehouseConnection
 
 VOLUME = "volume"
 FRESHNESS = "freshness"
@@ -61,14 +61,14 @@ def feed_check_specs(
     ]
 
 
-def loaded_rows(
-    con: duckdb.DuckDBPyConnection, feed: FeedSpec, days: Collection[str]
-) -> dict[str, int]:
+def loaded_rows(con: WarehouseConnection, feed: FeedSpec, days: Collection[str]) -> dict[str, int]:
     """Rows of the feed's raw table per landing day, for those of `days` that hold any."""
+    if not days:
+        return {}
     found = con.execute(
-        f"select strftime(_landing_date, '%Y-%m-%d'), count(*) from {RAW_SCHEMA}.{feed.name} "
-        "where list_contains(?::date[], _landing_date) group by 1",
-        [sorted(days)],
+        f"select cast(_landing_date as varchar), count(*) from {RAW_SCHEMA}.{feed.name} "
+        f"where _landing_date in ({', '.join('?' * len(days))}) group by 1",
+        sorted(days),
     ).fetchall()
     return dict(found)
 

@@ -7,7 +7,7 @@ from pipelines.ingestion import ensure_raw_tables
 from pipelines.labeling.exchange import export_day, import_day
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.lib.partitions import daily_partitions
-from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
+from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.model_spec import ModelSpec
 
 GROUP = "labeling"
@@ -30,12 +30,12 @@ def build_labeling_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefi
         partitions_def=daily_partitions(task),
         deps=[spec.features_table],
         pool=WAREHOUSE_POOL,
-        kinds={"duckdb", "json"},
+        kinds={"sql", "json"},
     )
     def label_tasks(
         context: dg.AssetExecutionContext,
         config: LabelSelectionConfig,
-        warehouse: DuckDBWarehouse,
+        warehouse: Warehouse,
         label_store: LandingZone,
     ) -> dg.MaterializeResult:
         """Choose the day's flights to label and export them as a Label Studio batch."""
@@ -70,10 +70,10 @@ def build_labeling_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefi
         # Labels feed the features that choose later tasks, a loop in time that the asset graph
         # cannot draw; the labels themselves come from the inbox.
         pool=WAREHOUSE_POOL,
-        kinds={"duckdb", "json"},
+        kinds={"sql", "json"},
     )
     def flight_labels(
-        context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, label_store: LandingZone
+        context: dg.AssetExecutionContext, warehouse: Warehouse, label_store: LandingZone
     ) -> dg.MaterializeResult:
         """Import the day's delivered labels: validated, first answer wins, bad ones quarantined."""
         with warehouse.connect() as con:

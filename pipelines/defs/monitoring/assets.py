@@ -13,7 +13,13 @@ from pipelines.labeling.selection import UNIFORM_REASONS
 from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.registry import PROFILE_ARTIFACT, champion, read_json, registered_name
 from pipelines.lib.tracking import MlflowTracker
-from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse, has_relation, replace_rows
+from pipelines.lib.warehouse import (
+    WAREHOUSE_POOL,
+    Warehouse,
+    WarehouseConnection,
+    has_relation,
+    replace_rows,
+)
 from pipelines.model_spec import ModelSpec
 from pipelines.monitoring import drift_table, flagged_segments, realized_performance
 from pipelines.policy import MonitoringPolicy
@@ -51,10 +57,10 @@ def build_monitoring_assets(
         pool=WAREHOUSE_POOL,
         # In a backfill's single run the window ends on the range's last day.
         backfill_policy=dg.BackfillPolicy.single_run(),
-        kinds={"duckdb"},
+        kinds={"sql"},
     )
     def feature_drift(
-        context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, tracker: MlflowTracker
+        context: dg.AssetExecutionContext, warehouse: Warehouse, tracker: MlflowTracker
     ) -> dg.MaterializeResult:
         """PSI and KS of the recent window's features and scores against the champion's
         training data; flags drifted segments for labeling."""
@@ -115,10 +121,10 @@ def build_monitoring_assets(
         partitions_def=daily_partitions(task),
         deps=[task.labels_table, predictions],
         pool=WAREHOUSE_POOL,
-        kinds={"duckdb"},
+        kinds={"sql"},
     )
     def model_performance(
-        context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, tracker: MlflowTracker
+        context: dg.AssetExecutionContext, warehouse: Warehouse, tracker: MlflowTracker
     ) -> dg.MaterializeResult:
         """The champion's realized AUC and log loss on the uniformly sampled labels known so far
         for the recent window's examples, beside the figures it showed at evaluation."""
@@ -135,8 +141,9 @@ def build_monitoring_assets(
                     f"join {spec.labels_view} l using ({spec.example_id}) "
                     f"join {tasks_table} t using ({spec.example_id}) "
                     f"where p.{day_column} between ? and ? and p.model_version = ? "
-                    "and l.known_at < cast(? as date) + 1 and list_contains(?, t.reason)",
-                    [first, last, current.version, last, list(UNIFORM_REASONS)],
+                    "and l.known_at < cast(? as date) + 1 "
+                    f"and t.reason in ({', '.join('?' * len(UNIFORM_REASONS))})",
+                    [first, last, current.version, last, *UNIFORM_REASONS],
                 ).df()
         metrics = tracker.client().get_run(current.run_id).data.metrics
         expected = {m: metrics.get(f"test/{m}", float("nan")) for m in ("auroc", "logloss")}
@@ -169,11 +176,8 @@ def _reference_profile(
     return ReferenceProfile.from_dict(read_json(tracker, run_id, PROFILE_ARTIFACT))
 
 
-def _ensure(con, table: str, like: pd.DataFrame) -> None:
+def _ensure(con: WarehouseConnection, table: str, like: pd.DataFrame) -> None:
     """Create `table` with the columns of `like` if it does not exist yet."""
-    if not has_relation(con, table):
-        con.register("_like", like)
-        try:
-            con.execute(f"create table {table} as select * from _like where false")
-        finally:
-            con.unregister("_like")
+    if not con.has_relation(table):
+        with con.ddl():
+            con.create_table_like(table, like)

@@ -9,18 +9,21 @@ from pipelines.contracts import TaskSpec
 from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.registry import champion, load_model, registered_name
 from pipelines.lib.tracking import MlflowTracker
-from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse, replace_rows
+from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse, WarehouseConnection, replace_rows
 from pipelines.model_spec import ModelSpec
 
 
-def ensure_predictions_table(con, spec: ModelSpec) -> None:
+def ensure_predictions_table(con: WarehouseConnection, spec: ModelSpec) -> None:
     """Create the predictions table (keys typed like the features') if it does not exist."""
-    con.execute(
-        f"create table if not exists {spec.predictions_table} as "
-        f"select {spec.example_id}, {spec.time_column}, "
-        "0.0::double as probability, 0::integer as model_version, "
-        f"now()::timestamp as scored_at from {spec.features_table} where false"
-    )
+    if con.has_relation(spec.predictions_table):
+        return
+    with con.ddl():
+        con.execute(
+            f"create table if not exists {spec.predictions_table} as "
+            f"select {spec.example_id}, {spec.time_column}, "
+            "cast(0.0 as double precision) as probability, cast(0 as integer) as model_version, "
+            f"cast(now() as timestamp) as scored_at from {spec.features_table} where false"
+        )
 
 
 def build_scoring_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefinition]:
@@ -35,10 +38,10 @@ def build_scoring_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefin
         pool=WAREHOUSE_POOL,
         # A backfill scores its whole range in one run, like the models it reads.
         backfill_policy=dg.BackfillPolicy.single_run(),
-        kinds={"mlflow", "duckdb"},
+        kinds={"mlflow", "sql"},
     )
     def predictions(
-        context: dg.AssetExecutionContext, warehouse: DuckDBWarehouse, tracker: MlflowTracker
+        context: dg.AssetExecutionContext, warehouse: Warehouse, tracker: MlflowTracker
     ) -> dg.MaterializeResult:
         """Score the landing day's examples with the champion; a re-run replaces the day's rows."""
         days = (context.partition_key_range.start, context.partition_key_range.end)

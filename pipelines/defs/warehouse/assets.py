@@ -1,5 +1,10 @@
 """dbt models as assets: daily models per landing-day partition, the rest unpartitioned."""
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+
 import dagster as dg
 from dagster_dbt import DbtCliResource, dbt_assets
 
@@ -11,9 +16,10 @@ from pipelines.lib.dbt import (
     stream_and_keep_parse_state,
 )
 from pipelines.lib.partitions import daily_partitions
-from pipelines.lib.warehouse import WAREHOUSE_POOL, DuckDBWarehouse
+from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 
-DAILY_SELECT = "tag:daily"
+DAILY_TAG = "daily"
+DAILY_SELECT = f"tag:{DAILY_TAG}"
 TRAINING_SELECT = "tag:training"
 # dbt unit tests check model logic, not data: CI runs them once (tests/dbt), not every partition.
 BUILD = ["build", "--exclude-resource-type", "unit_test"]
@@ -34,15 +40,16 @@ def build_dbt_assets(
         pool=WAREHOUSE_POOL,
     )
     def daily_dbt_models(
-        context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: DuckDBWarehouse
+        context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: Warehouse
     ):
         """Build and test the daily models for the run's landing days only (incremental)."""
         warehouse.wait_until_free()
         window = context.partition_time_window
-        # The window goes in the environment, not --vars: changed vars re-parse the project.
-        with date_window_env(window.start.date(), window.end.date()):
-            invocation = dbt.cli(BUILD, context=context)
-        yield from stream_and_keep_parse_state(invocation)
+        with first_build_serialised(warehouse, incremental_models(DAILY_TAG)):
+            # The window goes in the environment, not --vars: changed vars re-parse the project.
+            with date_window_env(window.start.date(), window.end.date()):
+                invocation = dbt.cli(BUILD, context=context)
+            yield from stream_and_keep_parse_state(invocation)
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
@@ -52,7 +59,7 @@ def build_dbt_assets(
         pool=WAREHOUSE_POOL,
     )
     def reference_dbt_models(
-        context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: DuckDBWarehouse
+        context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: Warehouse
     ):
         """Build and test the models over reference data and labels."""
         warehouse.wait_until_free()
@@ -66,10 +73,37 @@ def build_dbt_assets(
         pool=WAREHOUSE_POOL,
     )
     def training_dbt_models(
-        context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: DuckDBWarehouse
+        context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: Warehouse
     ):
         """Build and test the marts that training datasets are cut from (all labelled days)."""
         warehouse.wait_until_free()
         yield from stream_and_keep_parse_state(dbt.cli(BUILD, context=context))
 
     return daily_dbt_models, reference_dbt_models, training_dbt_models
+
+
+@cache
+def incremental_models(tag: str) -> tuple[str, ...]:
+    """The relations of the project's incremental models tagged `tag`."""
+    manifest = json.loads(dbt_project.manifest_path.read_text())
+    return tuple(
+        node["alias"]
+        for node in manifest["nodes"].values()
+        if node["resource_type"] == "model"
+        and tag in node["tags"]
+        and node["config"]["materialized"] == "incremental"
+    )
+
+
+@contextmanager
+def first_build_serialised(warehouse: Warehouse, relations: tuple[str, ...]) -> Iterator[None]:
+    """Around a daily build: while one of the incremental `relations` does not exist yet, the
+    builds that would create it go one at a time (two creating a table at once fail; once it
+    exists, builds of different days run at once and each model locks its days)."""
+    with warehouse.connect() as con:
+        exists = all(con.has_relation(r) for r in relations)
+    if exists:
+        yield
+        return
+    with warehouse.exclusive("flywheel/dbt/first-build"):
+        yield
