@@ -146,6 +146,15 @@ def _json(event: Mapping[str, Any]) -> bytes:
 # Manifests parsed in this process, by project folder and parse arguments; a new parse of the
 # project (its target/manifest.json rewritten, as `dagster dev` and `make setup` do) replaces it.
 _manifests: dict[tuple, Any] = {}
+# The environment variables dbt_project/profiles.yml reads: a parse is kept for their values.
+PROFILE_SETTINGS = frozenset(
+    {
+        "FLYWHEEL_HOME",
+        "FLYWHEEL_WAREHOUSE_PATH",
+        *(f"FLYWHEEL_WAREHOUSE_{n}" for n in ("HOST", "PORT", "USER", "PASSWORD", "DATABASE")),
+        "FLYWHEEL_DBT_THREADS",
+    }
+)
 # Options of a command that change what a parse produces.
 _PARSE_OPTIONS = ("--target", "-t", "--profile", "--vars", "--profiles-dir", "--project-dir")
 
@@ -159,7 +168,14 @@ def _manifest(args: Sequence[str]) -> Any:
             options += [flag, value]
     project = Path(os.environ.get("DBT_PROJECT_DIR", "."))
     parsed = project / "target" / "manifest.json"
-    key = (str(project.resolve()), tuple(options), parsed.stat().st_mtime if parsed.exists() else 0)
+    # The profile's settings (which database) are baked into the parse's relations.
+    profile = tuple(sorted((k, v) for k, v in os.environ.items() if k in PROFILE_SETTINGS))
+    key = (
+        str(project.resolve()),
+        tuple(options),
+        profile,
+        parsed.stat().st_mtime if parsed.exists() else 0,
+    )
     if key not in _manifests:
         result = dbtRunner().invoke(["parse", *options])
         if not result.success:

@@ -20,9 +20,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pytest
 
+from pipelines.lib.warehouse import PostgresWarehouse
 from sim.nycflights import load
 from tests.deploy.stackctl import passable, stack, stack_env
 
@@ -134,21 +134,21 @@ def land(env: dict[str, str], day: str, days: int = 1) -> None:
     assert "into s3://flywheel/landing" in done.stdout
 
 
-def day_counts(home: Path) -> dict[str, tuple[int, int]]:
-    """Per landing day: raw flights rows, and distinct flights among them."""
-    path = str(home / "stack" / "warehouse.duckdb")
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with duckdb.connect(path, read_only=True) as con:
-                rows = con.execute(
-                    "select cast(_landing_date as varchar), count(*), count(distinct "
-                    "(carrier, flight, origin, time_hour)) from raw.flights group by 1"
-                ).fetchall()
-            return {day: (count, distinct) for day, count, distinct in rows}
-        except duckdb.IOException:  # a run (or the sensor) holds the file's lock for a moment
-            assert time.monotonic() < deadline, "the warehouse stayed locked for 60 s"
-            time.sleep(1)
+def day_counts(env: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """Per landing day: raw flights rows, and distinct flights among them (the stack's
+    PostgreSQL warehouse, read as the assets read it)."""
+    store = PostgresWarehouse(
+        host=env["FLYWHEEL_WAREHOUSE_HOST"],
+        port=int(env["FLYWHEEL_WAREHOUSE_PORT"]),
+        user=env["FLYWHEEL_WAREHOUSE_USER"],
+        password=env["FLYWHEEL_WAREHOUSE_PASSWORD"],
+        database=env["FLYWHEEL_WAREHOUSE_DATABASE"],
+    )
+    rows = store.query(
+        "select cast(_landing_date as varchar) as day, count(*) as n, count(distinct "
+        "(carrier, flight, origin, time_hour)) as flights from raw.flights group by 1"
+    )
+    return {r.day: (r.n, r.flights) for r in rows.itertuples()}
 
 
 @pytest.mark.parametrize(
@@ -185,7 +185,7 @@ def test_a_run_killed_mid_step_is_failed_by_run_monitoring_and_retried(
     assert killed["status"] == "FAILURE"  # not STARTED forever
     assert not [r for r in seen if r["status"] in ("STARTED", "STARTING", "QUEUED")]
     expected = len(load().day("flights", day))
-    assert day_counts(home)[day] == (expected, expected)
+    assert day_counts(env)[day] == (expected, expected)
 
 
 def _in_step(instance, step: str, before: set[str]) -> tuple[str, int] | None:
@@ -231,7 +231,7 @@ def test_runs_queued_while_the_daemon_was_killed_are_launched_when_it_is_back(ho
     )
     assert next(r for r in seen if r["id"] == of_day[0]["id"])["status"] == "SUCCESS"
     expected = len(load().day("flights", day))
-    assert day_counts(home)[day] == (expected, expected)
+    assert day_counts(env)[day] == (expected, expected)
 
 
 def test_a_postgres_restart_during_a_run_loses_no_day(home, env):
@@ -265,4 +265,4 @@ def test_a_postgres_restart_during_a_run_loses_no_day(home, env):
         assert first["status"] == "FAILURE"
         assert last["tags"].get("dagster/parent_run_id") == first["id"]
     expected = len(load().day("flights", day))
-    assert day_counts(home)[day] == (expected, expected)
+    assert day_counts(env)[day] == (expected, expected)
