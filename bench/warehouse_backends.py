@@ -159,10 +159,11 @@ def per_partition(home: Path, days: list[date], warehouse, runs: int) -> tuple[f
 
 
 def report(backend: str, mode: str, days: int, seconds: float, rows: int) -> None:
-    print(
+    from sim.console import say
+
+    say(
         f"{backend:<10}{mode:<34}{days:>6}{seconds:>10.1f}{rows:>10,}{rows / seconds:>10,.0f}"
-        f"{seconds / days:>8.2f}",
-        flush=True,
+        f"{seconds / days:>8.2f}"
     )
 
 
@@ -173,14 +174,34 @@ def main() -> None:
     parser.add_argument("--partition-days", type=int, default=30, help="days run one per run")
     parser.add_argument("--backends", nargs="+", default=["duckdb", "postgres"])
     parser.add_argument("--runs", nargs="+", type=int, default=[1, 2], help="runs at once")
+    parser.add_argument(
+        "--log",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "flywheel-bench-warehouse_backends.log",
+        help="where the runs' output (Dagster, dbt) goes",
+    )
     args = parser.parse_args()
+    from sim.console import output_to_log, say
+
+    say(f"the runs' output: {args.log}")
+    with output_to_log(args.log):
+        try:
+            run(args)
+        except SystemExit as e:
+            say(f"failed: {e}", error=True)
+            raise SystemExit(1) from None
+
+
+def run(args: argparse.Namespace) -> None:
+    """Every case of `args`, a line of figures each."""
+    from sim.console import say
+
     start = date.fromisoformat(args.start)
     year = [start + timedelta(days=i) for i in range(args.year_days)]
-    part = year[: args.partition_days]
-    print(
+    part = [start + timedelta(days=i) for i in range(args.partition_days)]
+    say(
         f"{'backend':<10}{'mode':<34}{'days':>6}{'wall s':>10}{'flights':>10}{'rows/s':>10}"
-        f"{'s/day':>8}",
-        flush=True,
+        f"{'s/day':>8}"
     )
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flywheel-bench-")))
@@ -192,7 +213,8 @@ def main() -> None:
             (root / "postgres").mkdir()
             url = stack.enter_context(scratch_server(root / "postgres"))
         cases = [("single run", None)] if args.year_days else []
-        cases += [(f"run per partition, {n} at once", n) for n in args.runs]
+        if args.partition_days:
+            cases += [(f"run per partition, {n} at once", n) for n in args.runs]
         for backend in args.backends:
             for i, (mode, runs) in enumerate(cases):
                 from deploy.stack.postgres import scratch_database

@@ -126,4 +126,5 @@ def load_validated(
             )
             con.insert_rows(f"{RAW_SCHEMA}.quarantine", rejected)
             loads.append(DayLoad(day, vf.key, len(vf.rows), len(vf.rejected), vf.ignored_columns))
+    con.refresh_statistics(table)
     return loads

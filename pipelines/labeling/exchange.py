@@ -181,5 +181,6 @@ def import_day(
         )
         if len(bad):
             con.insert_rows(f"{RAW_SCHEMA}.quarantine", bad)
+    con.refresh_statistics(labels)
     reasons = bad.reason.str.split(" \\(").str[0].value_counts().to_dict() if len(bad) else {}
     return ImportReport(files, len(good), len(bad), reasons)

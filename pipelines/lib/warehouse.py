@@ -98,6 +98,10 @@ class WarehouseConnection(ABC):
         """The backend's name of a column type written the DuckDB way (DOUBLE, VARCHAR, ...)."""
         return name
 
+    @abstractmethod
+    def refresh_statistics(self, table: str) -> None:
+        """Bring the query planner's statistics of `table` up to date after a load."""
+
     def df(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
         return self.execute(sql, params).df()
 
@@ -243,6 +247,9 @@ class DuckDBConnection(WarehouseConnection):
     def _lock(self, keys: list[int]) -> None:
         """Nothing to take: DuckDB has one writer at a time."""
 
+    def refresh_statistics(self, table: str) -> None:
+        """Nothing to refresh: DuckDB keeps its statistics as it writes."""
+
     def _begin(self) -> None:
         self.raw.execute("begin transaction")
 
@@ -368,6 +375,27 @@ class _PostgresResult(Result):
             return converter.from_arrow(table).df()
 
 
+# COPY's text format: a backslash, tab, newline or carriage return inside a value is escaped,
+# so any text (a quarantined record holding `\\N`, a tab, a newline) arrives as it was.
+_COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
+
+
+def _copy_text(rows: pd.DataFrame) -> io.StringIO:
+    """`rows` in COPY's text format: tab-separated, `\\N` for a null, escapes in values."""
+    lines = None
+    for name in rows.columns:
+        column = rows[name]
+        if pd.api.types.is_bool_dtype(column.dtype):
+            column = column.map({True: "t", False: "f"})
+        text = column.astype("string")
+        if not (pd.api.types.is_numeric_dtype(rows[name].dtype)):
+            for raw, escaped in _COPY_ESCAPES:
+                text = text.str.replace(raw, escaped, regex=False)
+        text = text.fillna("\\N")
+        lines = text if lines is None else lines + "\t" + text
+    return io.StringIO("\n".join(lines.tolist()) + "\n")
+
+
 def _placeholders(sql: str) -> str:
     """`?` placeholders as psycopg2's `%s` (and a literal `%` doubled)."""
     return re.sub(r"\?", "%s", sql.replace("%", "%%"))
@@ -405,14 +433,9 @@ class PostgresConnection(WarehouseConnection):
     def insert_rows(self, table: str, rows: pd.DataFrame) -> None:
         if rows.empty:
             return
-        buffer = io.StringIO()
-        rows.to_csv(buffer, index=False, header=False, na_rep="\\N")
-        buffer.seek(0)
         columns = ", ".join(f'"{c}"' for c in rows.columns)
-        with self.raw.cursor() as cursor:
-            cursor.copy_expert(
-                f"copy {table} ({columns}) from stdin with (format csv, null '\\N')", buffer
-            )
+        with self._locked_out(), self.raw.cursor() as cursor:
+            cursor.copy_expert(f"copy {table} ({columns}) from stdin", _copy_text(rows))
 
     def has_relation(self, name: str) -> bool:
         (found,) = self.execute("select to_regclass(?) is not null", [name]).fetchall()
@@ -424,6 +447,11 @@ class PostgresConnection(WarehouseConnection):
 
     def sql_type(self, name: str) -> str:
         return _POSTGRES_TYPES.get(name.upper(), name)
+
+    def refresh_statistics(self, table: str) -> None:
+        # A day's rows are a few percent of a table: autovacuum would analyze it only later,
+        # and the day's dbt build would plan its joins on the statistics of an emptier table.
+        self.execute(f"analyze {table}")
 
     def _lock(self, keys: list[int]) -> None:
         with self._locked_out(), self.raw.cursor() as cursor:

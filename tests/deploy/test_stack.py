@@ -28,6 +28,7 @@ from tests.deploy.stackctl import passable, stack, stack_env
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+REFERENCE_DAY = "2013-01-02"
 
 pytestmark = [
     pytest.mark.skipif(
@@ -65,6 +66,10 @@ def env(home: Path) -> Iterator[dict[str, str]]:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in values.items():
             patch.setenv(key, value)
+        # The reference data (landed with the first day) is loaded before any test kills a run:
+        # the kills below target a day's run, not one racing the reference run.
+        land(values, REFERENCE_DAY)
+        wait_for(lambda seen: succeeded(REFERENCE_DAY)(seen) and reference_loaded(seen), 300)
         yield values
 
 
@@ -116,6 +121,11 @@ def wait_for(
             (r["job"], r["tags"].get("dagster/partition"), r["status"]) for r in seen
         ]
         time.sleep(2)
+
+
+def reference_loaded(seen: list[dict]) -> bool:
+    """Whether a reference run succeeded."""
+    return any(r["job"] == "reference_warehouse_job" and r["status"] == "SUCCESS" for r in seen)
 
 
 def succeeded(day: str):

@@ -232,6 +232,31 @@ def test_a_frame_read_from_postgres_has_the_types_and_values_it_has_from_duckdb(
     pd.testing.assert_frame_equal(duck, pg, check_exact=True)
 
 
+def test_any_text_and_every_null_is_written_as_it_was(postgres_warehouse, tmp_path):
+    frame = pd.DataFrame(
+        {
+            "record": ["\\N", "a\tb", "line\nbreak\r", "back\\slash", "", None, 'ü,"quoted"'],
+            "n": pd.array([1, None, 3, 4, 5, 6, 7], dtype="Int64"),
+            "x": [0.1 * 3, float("nan"), 1e-300, -2.5, 0.0, 1e20, 3.0],
+            "flag": pd.array([True, None, False, True, False, True, False], dtype="boolean"),
+            "at": pd.to_datetime(["2013-01-01 05:00:00.25", None, *["2013-12-31"] * 5]),
+            "day": [date(2013, 1, 1), None, *[date(2013, 12, 31)] * 5],
+        }
+    )
+    read = {}
+    for name, warehouse in (
+        ("duckdb", DuckDBWarehouse(path=str(tmp_path / "w.duckdb"))),
+        ("postgres", postgres(postgres_warehouse)),
+    ):
+        with warehouse.connect() as con:
+            con.create_table_like("t", frame)
+            con.insert_rows("t", frame)
+        read[name] = warehouse.query("select * from t")
+    assert read["postgres"].record.tolist()[:5] == frame.record.tolist()[:5]
+    assert read["postgres"].record.isna().tolist() == frame.record.isna().tolist()
+    pd.testing.assert_frame_equal(read["duckdb"], read["postgres"], check_exact=True)
+
+
 # --- Bad input on PostgreSQL -------------------------------------------------------------------
 
 
