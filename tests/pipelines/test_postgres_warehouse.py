@@ -239,7 +239,9 @@ def test_any_text_and_every_null_is_written_as_it_was(postgres_warehouse, tmp_pa
             "n": pd.array([1, None, 3, 4, 5, 6, 7], dtype="Int64"),
             "x": [0.1 * 3, float("nan"), 1e-300, -2.5, 0.0, 1e20, 3.0],
             "flag": pd.array([True, None, False, True, False, True, False], dtype="boolean"),
-            "at": pd.to_datetime(["2013-01-01 05:00:00.25", None, *["2013-12-31"] * 5]),
+            "at": pd.to_datetime(
+                ["2013-01-01 05:00:00.25", None, *["2013-12-31 00:00:00"] * 5], format="ISO8601"
+            ),
             "day": [date(2013, 1, 1), None, *[date(2013, 12, 31)] * 5],
         }
     )
