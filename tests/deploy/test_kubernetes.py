@@ -433,6 +433,7 @@ NOT_IN_CONFIGMAP = {
     "AWS_ACCESS_KEY_ID",  # the Secret flywheel-secrets, where the pods have no role
     "AWS_SECRET_ACCESS_KEY",
     "FLYWHEEL_OPTUNA_STORAGE",  # the Secret flywheel-secrets
+    "FLYWHEEL_WAREHOUSE_PASSWORD",  # the Secret flywheel-secrets
     "FLYWHEEL_DAGSTER_URL",  # clients of the webserver, not the code location
 }
 
