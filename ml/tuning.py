@@ -48,6 +48,8 @@ from ml.training import device_name, train
 
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+# Seconds the workers of an interrupted tuning get to exit on SIGTERM, together, before SIGKILL.
+STOP_WAIT_S = 10.0
 
 
 @dataclass
@@ -376,14 +378,19 @@ def run_workers(
         finally:
             # Interrupted (the run was cancelled): no worker outlives the step. Their running
             # trials stop beating and are retried when the study resumes.
-            for process, log in processes:
-                if process.poll() is None:
-                    process.terminate()
-                    try:
-                        process.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        process.kill()
-                        process.wait()
+            # All are asked at once and waited for together (a busy machine must not multiply
+            # the wait by the workers); one still running after STOP_WAIT_S is killed.
+            running = [process for process, _ in processes if process.poll() is None]
+            for process in running:
+                process.terminate()
+            deadline = time.monotonic() + STOP_WAIT_S
+            for process in running:
+                try:
+                    process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            for _, log in processes:
                 log.close()
         if failed:
             raise WorkerError("\n\n".join(failed))

@@ -3,7 +3,6 @@
 from datetime import date
 
 import dagster as dg
-import duckdb
 import pytest
 
 from pipelines.definitions import build_definitions
@@ -73,8 +72,12 @@ def test_prod_without_its_bucket_names_the_missing_variable(monkeypatch):
         build_definitions(env="prod")
 
 
-def test_prod_reads_s3_and_builds_the_prod_dbt_target(flywheel, s3_env, monkeypatch):
+def test_prod_reads_s3_and_builds_the_prod_dbt_target(
+    flywheel, s3_env, postgres_warehouse, monkeypatch
+):
     monkeypatch.setenv("FLYWHEEL_ENV", "prod")
+    for name, value in postgres_warehouse.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("FLYWHEEL_LANDING_BUCKET", s3_env.bucket)
     monkeypatch.setenv("FLYWHEEL_S3_ENDPOINT_URL", s3_env.endpoint_url)
     monkeypatch.setenv("FLYWHEEL_DVC_REMOTE", f"s3://{s3_env.bucket}/dvc")
@@ -101,6 +104,7 @@ def test_prod_reads_s3_and_builds_the_prod_dbt_target(flywheel, s3_env, monkeypa
             partition_key=request.partition_key,
             asset_selection=request.asset_selection,
         )
-    with duckdb.connect(str(flywheel.warehouse), read_only=True) as con:
+    assert defs.resources["warehouse"].dialect == "postgres"
+    with defs.resources["warehouse"].connect() as con:
         (features,) = con.execute("select count(*) from fct_flight_features").fetchone()
     assert features == source_rows("flights", "2013-01-02")
