@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
@@ -398,7 +397,7 @@ def _copy_text(rows: pd.DataFrame) -> io.StringIO:
 
 def _placeholders(sql: str) -> str:
     """`?` placeholders as psycopg2's `%s` (and a literal `%` doubled)."""
-    return re.sub(r"\?", "%s", sql.replace("%", "%%"))
+    return sql.replace("%", "%%").replace("?", "%s")
 
 
 class PostgresConnection(WarehouseConnection):
