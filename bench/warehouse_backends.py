@@ -39,17 +39,9 @@ def environment(home: Path, warehouse: dict[str, str] | None) -> None:
 def definitions(warehouse: dict[str, str] | None):
     """The local definitions, with the PostgreSQL warehouse (dbt's `prod` target) if given."""
     from pipelines.definitions import build_definitions
-    from pipelines.lib.dbt import FlywheelDbtCliResource, dbt_executable, dbt_project
-    from pipelines.resources import warehouse as warehouse_resource
+    from pipelines.resources import warehouse_resources
 
-    resources = None
-    if warehouse:
-        resources = {
-            "warehouse": warehouse_resource("prod"),
-            "dbt": FlywheelDbtCliResource(
-                project_dir=dbt_project, target="prod", dbt_executable=dbt_executable()
-            ),
-        }
+    resources = warehouse_resources("prod") if warehouse else None
     return build_definitions(env="local", resources=resources)
 
 

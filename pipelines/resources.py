@@ -59,6 +59,19 @@ def warehouse(env: str | None = None) -> Warehouse:
     )
 
 
+def warehouse_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource]:
+    """The warehouse of `env` and the dbt that builds it (its target named like `env`)."""
+    from pipelines.lib.dbt import FlywheelDbtCliResource, dbt_executable, dbt_project
+
+    env = env or current_env()
+    return {
+        "warehouse": warehouse(env),
+        "dbt": FlywheelDbtCliResource(
+            project_dir=dbt_project, target=env, dbt_executable=dbt_executable()
+        ),
+    }
+
+
 def required_env(name: str) -> str:
     """The value of environment variable `name`; a clear error naming it when unset."""
     value = os.environ.get(name)
@@ -104,7 +117,6 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
     """Every resource of the code location, keyed by role, for `env`."""
     # dbt and MLflow are imported here, not at module level: the simulator imports this module
     # for the landing zone and should not pay for parsing the dbt project or importing MLflow.
-    from pipelines.lib.dbt import FlywheelDbtCliResource, dbt_executable, dbt_project
     from pipelines.lib.tracking import tracker_resource, tuning_storage
 
     env = env or current_env()
@@ -114,8 +126,5 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
         "dataset_store": dataset_store(env),
         "tracker": tracker_resource(env, flywheel_home()),
         "tuning_storage": tuning_storage(env, flywheel_home()),
-        "warehouse": warehouse(env),
-        "dbt": FlywheelDbtCliResource(
-            project_dir=dbt_project, target=env, dbt_executable=dbt_executable()
-        ),
+        **warehouse_resources(env),
     }

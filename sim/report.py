@@ -18,7 +18,6 @@ import pandas as pd
 
 from ml.metrics import auroc, logloss
 from pipelines.lib.registry import load_model, model_version, registered_name, versions
-from pipelines.lib.warehouse import has_relation
 from sim.driver import RETRAINING_JOB
 from sim.labeling import is_late
 
@@ -61,7 +60,7 @@ def weekly_auc(defs: dg.Definitions, task_name: str, first: date, last: date, st
         ]
     )
     with warehouse.connect() as con:
-        if not has_relation(con, "flight_predictions"):
+        if not con.has_relation("flight_predictions"):
             return empty  # no model was ever promoted: nothing was scored
     flights = warehouse.query(
         "select f.*, p.probability as flywheel, p.model_version from fct_flight_features f "

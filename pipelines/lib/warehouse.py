@@ -84,14 +84,14 @@ class WarehouseConnection(ABC):
     def _lock(self, keys: list[int]) -> None:
         """Take the transaction-level locks `keys` (in this order)."""
 
-    @abstractmethod
-    def _begin(self) -> None: ...
+    def _begin(self) -> None:
+        self.execute("begin")
 
-    @abstractmethod
-    def _commit(self) -> None: ...
+    def _commit(self) -> None:
+        self.execute("commit")
 
-    @abstractmethod
-    def _rollback(self) -> None: ...
+    def _rollback(self) -> None:
+        self.execute("rollback")
 
     def sql_type(self, name: str) -> str:
         """The backend's name of a column type written the DuckDB way (DOUBLE, VARCHAR, ...)."""
@@ -248,15 +248,6 @@ class DuckDBConnection(WarehouseConnection):
 
     def refresh_statistics(self, table: str) -> None:
         """Nothing to refresh: DuckDB keeps its statistics as it writes."""
-
-    def _begin(self) -> None:
-        self.raw.execute("begin transaction")
-
-    def _commit(self) -> None:
-        self.raw.execute("commit")
-
-    def _rollback(self) -> None:
-        self.raw.execute("rollback")
 
 
 class DuckDBWarehouse(Warehouse):
@@ -457,14 +448,8 @@ class PostgresConnection(WarehouseConnection):
             for key in keys:
                 cursor.execute("select pg_advisory_xact_lock(%s)", [key])
 
-    def _begin(self) -> None:
-        self.execute("begin")
-
-    def _commit(self) -> None:
-        self.execute("commit")
-
     def _rollback(self) -> None:
-        if not self.raw.closed:
+        if not self.raw.closed:  # a lost connection rolled back on the server already
             self.execute("rollback")
 
 
@@ -500,7 +485,7 @@ class PostgresWarehouse(Warehouse):
     def dialect(self) -> str:
         return "postgres"
 
-    def _connect(self) -> Any:
+    def _connect(self, timeout_s: float | None = None) -> Any:
         import psycopg2
 
         con = psycopg2.connect(
@@ -509,7 +494,7 @@ class PostgresWarehouse(Warehouse):
             user=self.user,
             password=self.password,
             dbname=self.database,
-            connect_timeout=self.connect_timeout_s,
+            connect_timeout=max(1, int(timeout_s or self.connect_timeout_s)),
             application_name="flywheel",
             # A client killed without closing (SIGKILL, a lost node) frees its locks once the
             # server notices: probe an idle connection after 30 s.
@@ -543,14 +528,7 @@ class PostgresWarehouse(Warehouse):
             ('database "', "FLYWHEEL_WAREHOUSE_DATABASE"),
         )
         try:
-            psycopg2.connect(
-                host=self.host,
-                port=self.port,
-                user=self.user,
-                password=self.password,
-                dbname=self.database,
-                connect_timeout=max(1, int(timeout_s)),
-            ).close()
+            self._connect(timeout_s).close()
         except psycopg2.OperationalError as e:
             why = str(e).strip().splitlines()[0]
             at_fault = next(
@@ -567,16 +545,6 @@ class PostgresWarehouse(Warehouse):
             con.execute("set local lock_timeout = 0")
             con.lock(name)
             yield
-
-
-def has_relation(con: WarehouseConnection, name: str) -> bool:
-    """Whether a table or view called `name` exists."""
-    return con.has_relation(name)
-
-
-def insert_rows(con: WarehouseConnection, table: str, rows: pd.DataFrame) -> None:
-    """Insert `rows` into `table`, matching columns by name."""
-    con.insert_rows(table, rows)
 
 
 def replace_rows(

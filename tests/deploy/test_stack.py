@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.lib.warehouse import PostgresWarehouse
+from pipelines.resources import warehouse
 from sim.nycflights import load
 from tests.deploy.stackctl import passable, stack, stack_env
 
@@ -144,16 +144,10 @@ def land(env: dict[str, str], day: str, days: int = 1) -> None:
     assert "into s3://flywheel/landing" in done.stdout
 
 
-def day_counts(env: dict[str, str]) -> dict[str, tuple[int, int]]:
+def day_counts() -> dict[str, tuple[int, int]]:
     """Per landing day: raw flights rows, and distinct flights among them (the stack's
-    PostgreSQL warehouse, read as the assets read it)."""
-    store = PostgresWarehouse(
-        host=env["FLYWHEEL_WAREHOUSE_HOST"],
-        port=int(env["FLYWHEEL_WAREHOUSE_PORT"]),
-        user=env["FLYWHEEL_WAREHOUSE_USER"],
-        password=env["FLYWHEEL_WAREHOUSE_PASSWORD"],
-        database=env["FLYWHEEL_WAREHOUSE_DATABASE"],
-    )
+    PostgreSQL warehouse, read as the assets read it; `env` set the stack's settings)."""
+    store = warehouse("prod")
     rows = store.query(
         "select cast(_landing_date as varchar) as day, count(*) as n, count(distinct "
         "(carrier, flight, origin, time_hour)) as flights from raw.flights group by 1"
@@ -195,7 +189,7 @@ def test_a_run_killed_mid_step_is_failed_by_run_monitoring_and_retried(
     assert killed["status"] == "FAILURE"  # not STARTED forever
     assert not [r for r in seen if r["status"] in ("STARTED", "STARTING", "QUEUED")]
     expected = len(load().day("flights", day))
-    assert day_counts(env)[day] == (expected, expected)
+    assert day_counts()[day] == (expected, expected)
 
 
 def _in_step(instance, step: str, before: set[str]) -> tuple[str, int] | None:
@@ -241,7 +235,7 @@ def test_runs_queued_while_the_daemon_was_killed_are_launched_when_it_is_back(ho
     )
     assert next(r for r in seen if r["id"] == of_day[0]["id"])["status"] == "SUCCESS"
     expected = len(load().day("flights", day))
-    assert day_counts(env)[day] == (expected, expected)
+    assert day_counts()[day] == (expected, expected)
 
 
 def test_a_postgres_restart_during_a_run_loses_no_day(home, env):
@@ -275,4 +269,4 @@ def test_a_postgres_restart_during_a_run_loses_no_day(home, env):
         assert first["status"] == "FAILURE"
         assert last["tags"].get("dagster/parent_run_id") == first["id"]
     expected = len(load().day("flights", day))
-    assert day_counts(env)[day] == (expected, expected)
+    assert day_counts()[day] == (expected, expected)

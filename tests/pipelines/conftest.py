@@ -17,9 +17,8 @@ import pytest
 
 from pipelines.definitions import build_definitions
 from pipelines.lib.datasets import init_repository
-from pipelines.lib.dbt import FlywheelDbtCliResource, dbt_executable, dbt_project
 from pipelines.lib.landing_zone import LocalLandingZone
-from pipelines.resources import warehouse
+from pipelines.resources import warehouse_resources
 
 
 @cache
@@ -48,14 +47,7 @@ class Flywheel:
         self.home = home
         self.instance = instance
         self.backend = backend
-        resources = None
-        if backend == "postgres":
-            resources = {
-                "warehouse": warehouse("prod"),
-                "dbt": FlywheelDbtCliResource(
-                    project_dir=dbt_project, target="prod", dbt_executable=dbt_executable()
-                ),
-            }
+        resources = warehouse_resources("prod") if backend == "postgres" else None
         self.defs = build_definitions(env="local", resources=resources)
         self.zone = LocalLandingZone(root=str(home / "landing"))
         self.warehouse = home / "warehouse.duckdb"

@@ -24,7 +24,7 @@ from pipelines.labeling import (
 from pipelines.labeling.annotations import MAX_NESTING
 from pipelines.labeling.exchange import import_day
 from pipelines.lib.landing_zone import LocalLandingZone
-from pipelines.lib.warehouse import DuckDBConnection, insert_rows
+from pipelines.lib.warehouse import DuckDBConnection
 
 KEY = "inbox/2013-01-03/b1.json"
 
@@ -288,7 +288,7 @@ def test_a_delivery_nested_too_deeply_is_one_rejected_row_and_its_neighbours_imp
     task = load_task()
     ensure_raw_tables(con, task)
     exported = pd.DataFrame({"task_id": list(AWAITING), "flight_id": list(AWAITING.values())})
-    insert_rows(con, f"raw.{task.label_tasks_table}", exported)
+    con.insert_rows(f"raw.{task.label_tasks_table}", exported)
     store = LocalLandingZone(root=str(tmp_path))
     day = "2013-01-03"
     levels = 200_000  # json.loads: RecursionError

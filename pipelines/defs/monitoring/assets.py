@@ -17,7 +17,6 @@ from pipelines.lib.warehouse import (
     WAREHOUSE_POOL,
     Warehouse,
     WarehouseConnection,
-    has_relation,
     replace_rows,
 )
 from pipelines.model_spec import ModelSpec
@@ -76,7 +75,7 @@ def build_monitoring_assets(
                 [first, last],
             ).df()
             scores = None
-            if has_relation(con, predictions):
+            if con.has_relation(predictions):
                 scores = con.execute(
                     f"select probability from {predictions} where {day_column} between ? and ? "
                     "and model_version = ?",
@@ -134,7 +133,7 @@ def build_monitoring_assets(
         first, last = window(context.partition_key, policy.performance_window_days)
         with warehouse.connect() as con:
             labelled = pd.DataFrame(columns=["label", "probability"])
-            if has_relation(con, predictions):
+            if con.has_relation(predictions):
                 # Uniformly sampled labels only, as at evaluation: targeted ones favour hard cases.
                 labelled = con.execute(
                     f"select l.{spec.label} as label, p.probability from {predictions} p "
