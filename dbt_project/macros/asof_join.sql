@@ -47,6 +47,47 @@
         and asof_match.asof_rank = 1
 {%- endmacro %}
 
+{#-
+    PostgreSQL: the portable ranking, but each left row meets only the right rows of its key in
+    the hour buckets its lookback spans (an equi-join on key and hour), not every row of its key.
+    The same candidates, hence the same row: any right row inside the lookback starts in one of
+    those buckets.
+-#}
+{% macro postgres__asof_join(
+    left_relation, right_relation, left_key, right_key, left_at, right_at, right_columns,
+    lookback_hours, left_unique_key
+) -%}
+    select
+        asof_left.*,
+        {%- for column in right_columns %}
+        asof_match.{{ column }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from {{ left_relation }} as asof_left
+    left join (
+        select
+            candidate_left.{{ left_unique_key }} as asof_left_unique_key,
+            {%- for column in right_columns %}
+            candidate_right.{{ column }},
+            {%- endfor %}
+            row_number() over (
+                partition by candidate_left.{{ left_unique_key }}
+                order by candidate_right.{{ right_at }} desc
+            ) as asof_rank
+        from {{ left_relation }} as candidate_left
+        cross join generate_series(0, {{ lookback_hours | int }}) as asof_bucket(hours_back)
+        inner join {{ right_relation }} as candidate_right
+            on candidate_left.{{ left_key }} = candidate_right.{{ right_key }}
+            and date_trunc('hour', candidate_right.{{ right_at }})
+                = date_trunc('hour', candidate_left.{{ left_at }})
+                - make_interval(hours => asof_bucket.hours_back)
+            and candidate_right.{{ right_at }} <= candidate_left.{{ left_at }}
+            and candidate_right.{{ right_at }}
+                >= {{ dbt.dateadd('hour', -lookback_hours, 'candidate_left.' ~ left_at) }}
+    ) as asof_match
+        on asof_left.{{ left_unique_key }} = asof_match.asof_left_unique_key
+        and asof_match.asof_rank = 1
+{%- endmacro %}
+
 {#- DuckDB: a native ASOF join finds the latest row; the lookback then discards stale ones. -#}
 {% macro duckdb__asof_join(
     left_relation, right_relation, left_key, right_key, left_at, right_at, right_columns,

@@ -319,3 +319,27 @@ def test_prod_settings_name_what_is_missing(monkeypatch):
     assert isinstance(built, PostgresWarehouse)
     assert (built.host, built.port, built.database, built.password) == ("db", 5433, "warehouse", "")
     assert built.dialect == "postgres"
+
+
+def test_the_dbt_unit_tests_pass_on_postgres(postgres_warehouse, tmp_path):
+    """The models' unit tests (among them the as-of join's lookback edges, which on PostgreSQL
+    run the project's own `postgres__asof_join`) and every data test on empty tables, on the
+    `prod` target."""
+    from pipelines.contracts import load_task
+    from pipelines.ingestion import ensure_raw_tables
+    from tests.dbt.test_dbt_project import dbt_command
+
+    with postgres(postgres_warehouse).connect() as con:
+        ensure_raw_tables(con, load_task())
+    env = postgres_warehouse | {
+        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+        "DBT_TARGET_PATH": str(tmp_path / "target"),
+        "DBT_LOG_PATH": str(tmp_path / "logs"),
+    }
+    out = dbt_command(env, "build", "--empty", "--target", "prod")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "ERROR=0" in out.stdout
+    unit_tests = [line for line in out.stdout.splitlines() if " PASS " in line and "::" in line]
+    asof = "origin_weather_is_the_latest_observation_at_or_before"
+    assert any(asof in line for line in unit_tests), out.stdout[-3000:]
+    assert len(unit_tests) >= 5, out.stdout[-3000:]
