@@ -13,7 +13,7 @@ from ml.data import TabularDataModule
 from ml.inference import load_predictor
 from ml.metrics import binary_metrics
 from ml.training import TrainResult, train
-from ml.tuning import TrialCallback, TuneResult, tune
+from ml.tuning import TrialCallback, TuneResult, WorkerLauncher, tune
 
 
 @dataclass
@@ -64,13 +64,15 @@ def fit_challenger(
     train_config: TrainConfig,
     checkpoint_dir: str,
     trial_callback: TrialCallback | None = None,
+    launcher: WorkerLauncher | None = None,
 ) -> Challenger:
     """Tune, refit the best parameters with checkpoints in ``checkpoint_dir``, score on val.
 
     Trials train without checkpoints, so the best parameters are trained once more (same seed)
     to keep the best epoch's weights; the baselines see the same splits and preprocessing.
+    Parallel workers (``tune_config.workers``) are started by ``launcher`` (default: processes).
     """
-    tuning = tune(datamodule, tune_config, model_config, train_config, trial_callback)
+    tuning = tune(datamodule, tune_config, model_config, train_config, trial_callback, launcher)
     best_model, best_train = configs_from_params(tuning.best_params, model_config, train_config)
     best_train = replace(best_train, checkpoint_dir=checkpoint_dir)
     fit = train(datamodule, best_model, best_train)

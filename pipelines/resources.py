@@ -104,12 +104,17 @@ def label_store(env: str | None = None) -> LandingZone:
 def dataset_store(env: str | None = None) -> DvcDatasetStore:
     """The DVC repository of datasets (`data/`) and its remote: a local folder or S3 in prod."""
     repo = os.environ.get("FLYWHEEL_DVC_REPO", str(REPO_ROOT / "data"))
+    # Where versions fetched by hash are kept (default: inside the repository's .dvc folder).
+    cache = os.environ.get("FLYWHEEL_DATASET_CACHE") or None
     if (env or current_env()) == "local":
-        return DvcDatasetStore(repo_dir=repo, remote_url=str(flywheel_home() / "dvc-remote"))
+        return DvcDatasetStore(
+            repo_dir=repo, remote_url=str(flywheel_home() / "dvc-remote"), cache_dir=cache
+        )
     return DvcDatasetStore(
         repo_dir=repo,
         remote_url=required_env("FLYWHEEL_DVC_REMOTE"),
         endpoint_url=os.environ.get("FLYWHEEL_S3_ENDPOINT_URL"),
+        cache_dir=cache,
     )
 
 
@@ -118,6 +123,7 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
     # dbt and MLflow are imported here, not at module level: the simulator imports this module
     # for the landing zone and should not pay for parsing the dbt project or importing MLflow.
     from pipelines.lib.tracking import tracker_resource, tuning_storage
+    from pipelines.lib.tuning_workers import tuning_workers
 
     env = env or current_env()
     return {
@@ -126,5 +132,6 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
         "dataset_store": dataset_store(env),
         "tracker": tracker_resource(env, flywheel_home()),
         "tuning_storage": tuning_storage(env, flywheel_home()),
+        "tuning_workers": tuning_workers(env),
         **warehouse_resources(env),
     }

@@ -1,14 +1,21 @@
-"""Shared fixtures: an S3-compatible server on 127.0.0.1 for the landing-zone tests."""
+"""Shared fixtures: an S3-compatible server on 127.0.0.1, a PostgreSQL server, small synthetic
+flights splits and an Optuna study on that server for the tuning workers."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ml.config import TuneConfig
 
 REGION = "us-east-1"
 
@@ -62,3 +69,32 @@ def postgres_url(tmp_path_factory) -> Iterator[str]:
     passable(home)
     with scratch_server(home) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def splits() -> dict[str, pd.DataFrame]:
+    """Small train/val/test splits; val and test contain unseen categories."""
+    from ml.synthetic import make_flights
+
+    return {
+        "train": make_flights(3000, seed=1),
+        "val": make_flights(1000, seed=2, unseen=True),
+        "test": make_flights(1000, seed=3, unseen=True),
+    }
+
+
+@pytest.fixture()
+def study_config(postgres_url: str, request) -> TuneConfig:
+    """Two workers on a study of its own in the `optuna` database; heartbeats every second."""
+    from ml.config import SearchSpace, TuneConfig
+
+    return TuneConfig(
+        n_trials=12,
+        storage=f"{postgres_url}/optuna",
+        study_name=f"{request.node.name}-{time.time_ns()}",
+        pruning=False,
+        search_space=SearchSpace(width=(16, 32), depth=(1, 2), arch=("mlp",)),
+        workers=2,
+        heartbeat_interval_s=1,
+        grace_period_s=4,
+    )

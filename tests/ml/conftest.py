@@ -1,4 +1,4 @@
-"""Fixtures: small synthetic flights splits, as frames and as Parquet files."""
+"""Fixtures: the synthetic splits (tests/conftest.py) as Parquet files; a killed run."""
 
 from __future__ import annotations
 
@@ -9,18 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from ml.synthetic import make_flights
-
-
-@pytest.fixture(scope="session")
-def splits() -> dict[str, pd.DataFrame]:
-    """Small train/val/test splits; val and test contain unseen categories."""
-    return {
-        "train": make_flights(3000, seed=1),
-        "val": make_flights(1000, seed=2, unseen=True),
-        "test": make_flights(1000, seed=3, unseen=True),
-    }
 
 
 @pytest.fixture()

@@ -21,33 +21,17 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
+from ml.config import ModelConfig, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
 from ml.tuning import WorkerError, create_study, tune
 from tests.ml.conftest import REPO
 
-SPACE = SearchSpace(width=(16, 32), depth=(1, 2), arch=("mlp",))
 ONE_EPOCH = TrainConfig(max_epochs=1, batch_size=512, early_stopping_patience=None)
 
 
 @pytest.fixture(scope="module")
 def datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
     return TabularDataModule(splits["train"], splits["val"], batch_size=512)
-
-
-@pytest.fixture()
-def study_config(postgres_url: str, request) -> TuneConfig:
-    """Two workers on a study of its own in the `optuna` database; heartbeats every second."""
-    return TuneConfig(
-        n_trials=12,
-        storage=f"{postgres_url}/optuna",
-        study_name=f"{request.node.name}-{time.time_ns()}",
-        pruning=False,
-        search_space=SPACE,
-        workers=2,
-        heartbeat_interval_s=1,
-        grace_period_s=4,
-    )
 
 
 def test_two_workers_finish_a_12_trial_budget_exactly(
@@ -123,7 +107,8 @@ def test_a_worker_that_raises_fails_the_tuning_with_its_error(
     datamodule: TabularDataModule, study_config: TuneConfig
 ) -> None:
     # An impossible search space: every trial raises inside the worker.
-    broken = replace(study_config, n_trials=2, search_space=replace(SPACE, depth=(3, 1)))
+    space = replace(study_config.search_space, depth=(3, 1))
+    broken = replace(study_config, n_trials=2, search_space=space)
     with pytest.raises(WorkerError, match=r"tuning worker \d exited with status 1:(.|\n)*Error"):
         tune(datamodule, broken, ModelConfig(), ONE_EPOCH)
     states = {t.state for t in create_study(broken, max_epochs=1).get_trials()}
@@ -148,8 +133,9 @@ from ml.tuning import tune
 train, val, storage, study = sys.argv[1:5]
 config = TuneConfig(n_trials=50, storage=storage, study_name=study, pruning=False, workers=2,
                     search_space=SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",)))
+# Trials far longer than the test: the workers are still training when it interrupts them.
 tune(TabularDataModule(train, val, batch_size=512), config, ModelConfig(),
-     TrainConfig(max_epochs=20, batch_size=512, early_stopping_patience=None))
+     TrainConfig(max_epochs=2000, batch_size=512, early_stopping_patience=None))
 """
 
 

@@ -25,6 +25,7 @@ from pipelines.lib.tracking import (
     trial_metrics,
     tuning_storage,
 )
+from pipelines.lib.tuning_workers import LocalTuningWorkers
 
 MODEL = "flywheel-flights"
 
@@ -85,6 +86,7 @@ def materialize(
             "tracker": tracker,
             "tuning_storage": TuningStorage(location=storage or str(tmp_path / "optuna")),
             "dataset_store": store,
+            "tuning_workers": LocalTuningWorkers(),
         },
         run_config={"ops": {"challenger_model": {"config": config}}},
         raise_on_error=False,

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from ml.config import FeatureConfig, ModelConfig, TrainConfig, TuneConfig
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
+from pipelines.lib.tuning_workers import DatasetRef, TuningWorkers, datamodule_for
 
 # torch, Lightning and scikit-learn load in the training step only, not in every step process
 # that loads the code location.
@@ -43,7 +44,8 @@ class TrainingConfig(dg.Config):
     timeout_s: float | None = None
     max_epochs: int = TrainConfig.max_epochs
     seed: int = 0
-    # Worker processes on the study; above 1 they need an RDB storage (heartbeats, retries).
+    # Workers on the study (processes, or pods on Kubernetes); above 1 they need an RDB storage
+    # (heartbeats, retries).
     workers: int = 1
 
 
@@ -132,17 +134,18 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
         tracker: MlflowTracker,
         tuning_storage: TuningStorage,
         dataset_store: DvcDatasetStore,
+        tuning_workers: TuningWorkers,
     ) -> dg.MaterializeResult:
         """Tune, refit and register a challenger model on the latest training dataset."""
         from ml.challenger import fit_challenger
-        from ml.data import TabularDataModule
 
         dataset = latest_dataset(context.instance, dataset_store)
         # One study per dataset version: a retried run resumes it, a larger n_trials extends it.
         study = f"{task_name}-{dataset.dvc_hash[:12]}"
         tune_config, train_config = ml_configs(config, study, tuning_storage)
-        datamodule = TabularDataModule(
-            dataset.split("train"), dataset.split("validation"), features=features, seed=config.seed
+        datamodule = datamodule_for(dataset.path, features, config.seed)
+        launcher = tuning_workers.launcher(
+            DatasetRef(task_name, dataset.dvc_hash, config.seed), context.run_id
         )
         tags = {
             "dataset.dvc_hash": dataset.dvc_hash,
@@ -155,7 +158,13 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
         ):
             callback = tracker.trial_callback(run.info.run_id, train_config.monitor)
             challenger = fit_challenger(
-                datamodule, tune_config, ModelConfig(), train_config, checkpoints, callback
+                datamodule,
+                tune_config,
+                ModelConfig(),
+                train_config,
+                checkpoints,
+                trial_callback=callback,
+                launcher=launcher,
             )
             version = log_challenger(
                 tracker, run.info.run_id, challenger, dataset, registered, features

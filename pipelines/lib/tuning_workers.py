@@ -1,0 +1,337 @@
+"""Where a challenger's tuning workers run: processes beside the training step, or the pods of
+one Kubernetes Job.
+
+Both run the same worker (`ml.tuning.run_worker`) on the same study in the RDB study storage,
+whose heartbeats fail and retry the trial of a worker that was killed. A pod has nothing but the
+image, its settings (the `flywheel-env` ConfigMap and `flywheel-secrets` Secret) and the spec
+in `FLYWHEEL_TUNING_SPEC`: it fetches the dataset version named by its DVC hash from the remote
+and builds the same datamodule the step built (`python -m pipelines.lib.tuning_workers`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+from pydantic import PrivateAttr
+
+from pipelines.lib.errors import ConfigurationError
+
+if TYPE_CHECKING:  # torch and Lightning load in the training step only
+    from kubernetes import client as k8s
+
+    from ml.config import FeatureConfig
+    from ml.data import TabularDataModule
+    from ml.tuning import WorkerLauncher, WorkersOutcome
+
+SPEC_VARIABLE = "FLYWHEEL_TUNING_SPEC"
+# Kubernetes sets it in each pod of an Indexed Job: the worker's number, 0 .. workers - 1.
+INDEX_VARIABLE = "JOB_COMPLETION_INDEX"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# Where a pod keeps the dataset it fetched (an emptyDir volume).
+SCRATCH = "/scratch"
+# A pod that cannot start for one of these reasons never will: the Job is deleted and the step
+# fails naming it, rather than waiting forever.
+CANNOT_START = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+# Pods ended by the node rather than by their worker: lost, like a worker killed by a signal.
+POD_LOST_REASONS = frozenset({"Evicted", "NodeLost", "Preempting", "Shutdown", "Terminated"})
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """The dataset a study tunes on, as a worker elsewhere finds it: by the DVC hash."""
+
+    task: str
+    dvc_hash: str
+    seed: int
+
+
+def datamodule_for(folder: Path, features: FeatureConfig, seed: int) -> TabularDataModule:
+    """The datamodule the challenger is tuned and refitted on: the version's train and
+    validation files (the training step and every worker build it alike)."""
+    from ml.data import TabularDataModule
+
+    return TabularDataModule(
+        folder / "train.parquet", folder / "validation.parquet", features=features, seed=seed
+    )
+
+
+class TuningWorkers(dg.ConfigurableResource, ABC):
+    """Starts the workers of a challenger's study (`TrainingConfig.workers` of them)."""
+
+    @abstractmethod
+    def launcher(self, dataset: DatasetRef, run_id: str) -> WorkerLauncher:
+        """The launcher for one tuning of `dataset` in run `run_id`."""
+
+
+class LocalTuningWorkers(TuningWorkers):
+    """Worker processes on the training step's machine, handed the step's datamodule."""
+
+    def launcher(self, dataset: DatasetRef, run_id: str) -> WorkerLauncher:
+        """Processes (`python -m ml.tuning work`)."""
+        from ml.tuning import ProcessLauncher
+
+        return ProcessLauncher()
+
+
+class KubernetesTuningWorkers(TuningWorkers):
+    """One pod per worker: an Indexed Kubernetes Job in the run's namespace, from the run's
+    image (or `image`), with the code location's settings and secrets."""
+
+    namespace: str = "default"
+    # Default: the image of the run's code location, so workers run the step's exact code.
+    image: str | None = None
+    env_config_map: str = "flywheel-env"
+    env_secret: str = "flywheel-secrets"
+    service_account: str | None = None
+    cpu: str = "2"
+    memory: str = "8Gi"
+    # GPUs per worker pod (on GPU nodes, as the training step's pod); 0: CPU workers.
+    gpus: int = 0
+    # Seconds between looks at the Job; seconds a finished Job (and its pods' logs) is kept.
+    poll_s: float = 5.0
+    keep_finished_s: int = 3600
+    _run_image: str | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Remember the image of the run's code location."""
+        run = context.dagster_run
+        origin = run.job_code_origin if run is not None else None
+        self._run_image = origin.repository_origin.container_image if origin else None
+
+    def launcher(self, dataset: DatasetRef, run_id: str) -> WorkerLauncher:
+        """A launcher for the run's image (or `image`); it reaches the cluster when it runs."""
+        return KubernetesJobLauncher(self, self.image or self._run_image, dataset, run_id)
+
+
+def worker_job(
+    workers: KubernetesTuningWorkers, image: str, run_id: str, spec: str, count: int
+) -> k8s.V1Job:
+    """The Indexed Job of `count` worker pods, each running the worker with `spec`.
+
+    A pod that fails is not replaced (`backoffLimitPerIndex: 0`): its trial is retried by the
+    other workers, and the step reports it lost or failed; the other pods go on.
+    """
+    from kubernetes import client as k8s
+
+    labels = {
+        "app.kubernetes.io/name": "flywheel",
+        "app.kubernetes.io/component": "tuning-worker",
+        "dagster/run-id": run_id,
+    }
+    limits = {"memory": workers.memory}
+    node_selector, tolerations = None, None
+    if workers.gpus:
+        limits["nvidia.com/gpu"] = str(workers.gpus)
+        node_selector = {"nvidia.com/gpu.present": "true"}
+        tolerations = [
+            k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+        ]
+    container = k8s.V1Container(
+        name="worker",
+        image=image,
+        command=["python", "-m", "pipelines.lib.tuning_workers"],
+        env=[
+            k8s.V1EnvVar(name=SPEC_VARIABLE, value=spec),
+            k8s.V1EnvVar(name="FLYWHEEL_DATASET_CACHE", value=f"{SCRATCH}/datasets"),
+        ],
+        env_from=[
+            k8s.V1EnvFromSource(
+                config_map_ref=k8s.V1ConfigMapEnvSource(name=workers.env_config_map)
+            ),
+            k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=workers.env_secret)),
+        ],
+        resources=k8s.V1ResourceRequirements(
+            requests={"cpu": workers.cpu, "memory": workers.memory}, limits=limits
+        ),
+        volume_mounts=[k8s.V1VolumeMount(name="scratch", mount_path=SCRATCH)],
+    )
+    pod = k8s.V1PodSpec(
+        containers=[container],
+        restart_policy="Never",
+        service_account_name=workers.service_account,
+        node_selector=node_selector,
+        tolerations=tolerations,
+        volumes=[k8s.V1Volume(name="scratch", empty_dir=k8s.V1EmptyDirVolumeSource())],
+    )
+    return k8s.V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        metadata=k8s.V1ObjectMeta(generate_name="flywheel-tune-", labels=labels),
+        spec=k8s.V1JobSpec(
+            completion_mode="Indexed",
+            completions=count,
+            parallelism=count,
+            backoff_limit_per_index=0,
+            ttl_seconds_after_finished=workers.keep_finished_s,
+            template=k8s.V1PodTemplateSpec(metadata=k8s.V1ObjectMeta(labels=labels), spec=pod),
+        ),
+    )
+
+
+class KubernetesJobLauncher:
+    """Runs the workers as one Indexed Job and waits for it (an `ml.tuning.WorkerLauncher`)."""
+
+    def __init__(
+        self,
+        workers: KubernetesTuningWorkers,
+        image: str | None,
+        dataset: DatasetRef,
+        run_id: str,
+        batch: k8s.BatchV1Api | None = None,
+        core: k8s.CoreV1Api | None = None,
+    ):
+        self.workers, self.image, self.dataset, self.run_id = workers, image, dataset, run_id
+        self.batch, self.core = batch, core
+
+    def connect(self) -> None:
+        """The cluster's API clients: in-cluster credentials (a run's pod), else a kubeconfig."""
+        from kubernetes import client, config
+
+        if self.batch is not None and self.core is not None:
+            return
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        self.batch, self.core = client.BatchV1Api(), client.CoreV1Api()
+
+    def run(
+        self, spec: dict[str, object], datamodule: TabularDataModule, workers: int
+    ) -> WorkersOutcome:
+        """Create the Job, wait until it ended; delete it (and its pods) if interrupted."""
+        if not self.image:
+            raise ConfigurationError(
+                "the tuning workers' image is unknown: the run names no container image; set "
+                "FLYWHEEL_TUNING_IMAGE"
+            )
+        self.connect()
+        payload = json.dumps({"study": spec, "dataset": asdict(self.dataset)})
+        job = worker_job(self.workers, self.image, self.run_id, payload, workers)
+        namespace = self.workers.namespace
+        name = self.batch.create_namespaced_job(namespace, job).metadata.name
+        finished = False
+        try:
+            while not (finished := self._finished(name)):
+                self._check_pods_can_start(name)
+                time.sleep(self.workers.poll_s)
+            return self._outcome(name, workers)
+        finally:
+            if not finished:
+                # Interrupted, or pods that cannot start: no worker outlives the step.
+                self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")
+
+    def _finished(self, name: str) -> bool:
+        status = self.batch.read_namespaced_job_status(name, self.workers.namespace).status
+        return any(
+            c.type in ("Complete", "Failed") and c.status == "True"
+            for c in (status.conditions or [])
+        )
+
+    def _pods(self, name: str) -> list[k8s.V1Pod]:
+        selector = f"{JOB_NAME_LABEL}={name}"
+        return self.core.list_namespaced_pod(self.workers.namespace, label_selector=selector).items
+
+    def _check_pods_can_start(self, name: str) -> None:
+        for pod in self._pods(name):
+            for container in pod.status.container_statuses or []:
+                waiting = container.state.waiting if container.state else None
+                if waiting is not None and waiting.reason in CANNOT_START:
+                    raise ConfigurationError(
+                        f"tuning worker pod {pod.metadata.name} cannot start: {waiting.reason}: "
+                        f"{waiting.message or ''} (image {self.image})"
+                    )
+
+    def _outcome(self, name: str, count: int) -> WorkersOutcome:
+        from ml.tuning import WorkersOutcome
+
+        outcome = WorkersOutcome()
+        by_index = {int(p.metadata.annotations[INDEX_ANNOTATION]): p for p in self._pods(name)}
+        for index in range(count):
+            pod = by_index.get(index)
+            if pod is None:
+                outcome.lost.append(index)  # deleted with its node before it could report
+                continue
+            if pod.status.phase == "Succeeded":
+                continue
+            ended = _termination(pod)
+            killed = ended is None or ended.exit_code >= 128 or ended.reason == "OOMKilled"
+            if killed or pod.status.reason in POD_LOST_REASONS:
+                outcome.lost.append(index)
+            else:
+                log = self.core.read_namespaced_pod_log(
+                    pod.metadata.name, self.workers.namespace, tail_lines=60
+                )
+                outcome.failed.append(
+                    f"tuning worker {index} (pod {pod.metadata.name}) exited with status "
+                    f"{ended.exit_code}:\n{log[-3000:]}"
+                )
+        return outcome
+
+
+def _termination(pod: k8s.V1Pod) -> k8s.V1ContainerStateTerminated | None:
+    """How the pod's worker container ended (None: it never ran, or the node went away)."""
+    for container in pod.status.container_statuses or []:
+        if container.state is not None and container.state.terminated is not None:
+            return container.state.terminated
+    return None
+
+
+def tuning_workers(env: str) -> TuningWorkers:
+    """Processes on the embedded defaults, and in prod unless
+    `FLYWHEEL_TUNING_WORKERS_ON=kubernetes` (set in the Helm deployment's ConfigMap): then pods
+    in `FLYWHEEL_K8S_NAMESPACE`, from `FLYWHEEL_TUNING_IMAGE` or the run's image, with
+    `FLYWHEEL_TUNING_WORKER_CPU`, `_MEMORY` and `_GPUS` each."""
+    where = os.environ.get("FLYWHEEL_TUNING_WORKERS_ON", "processes")
+    if env == "local" or where == "processes":
+        return LocalTuningWorkers()
+    if where != "kubernetes":
+        raise ConfigurationError(
+            f"FLYWHEEL_TUNING_WORKERS_ON={where!r}: expected 'processes' or 'kubernetes'"
+        )
+    gpus = os.environ.get("FLYWHEEL_TUNING_WORKER_GPUS", "0")
+    if not gpus.isdigit():
+        raise ConfigurationError(f"FLYWHEEL_TUNING_WORKER_GPUS={gpus!r}: expected a count")
+    return KubernetesTuningWorkers(
+        namespace=os.environ.get("FLYWHEEL_K8S_NAMESPACE", "default"),
+        image=os.environ.get("FLYWHEEL_TUNING_IMAGE") or None,
+        service_account=os.environ.get("FLYWHEEL_TUNING_SERVICE_ACCOUNT") or None,
+        cpu=os.environ.get("FLYWHEEL_TUNING_WORKER_CPU", "2"),
+        memory=os.environ.get("FLYWHEEL_TUNING_WORKER_MEMORY", "8Gi"),
+        gpus=int(gpus),
+    )
+
+
+def pod_main(environ: dict[str, str] | None = None) -> None:
+    """A worker pod: fetch the dataset by its hash, build the datamodule, run queued trials."""
+    from ml.tuning import run_worker
+    from pipelines.contracts import load_task
+    from pipelines.model_spec import load_model_spec
+    from pipelines.resources import dataset_store
+
+    environ = os.environ if environ is None else environ
+    payload: dict[str, Any] = json.loads(environ[SPEC_VARIABLE])
+    dataset = DatasetRef(**payload["dataset"])
+    folder = dataset_store().fetch(dataset.dvc_hash)
+    features = load_model_spec(load_task(dataset.task)).features
+    datamodule = datamodule_for(folder, features, dataset.seed)
+    run_worker(payload["study"], datamodule, int(environ[INDEX_VARIABLE]))
+
+
+if __name__ == "__main__":
+    pod_main()
