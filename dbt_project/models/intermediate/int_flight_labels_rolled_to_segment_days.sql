@@ -5,6 +5,7 @@
         unique_key='rate_date',
         on_schema_change='fail',
         tags=['daily'],
+        pre_hook="{{ flywheel.no_nested_loops() }}",
     )
 }}
 
