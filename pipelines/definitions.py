@@ -16,6 +16,7 @@ from pipelines.defs.labeling.assets import build_labeling_assets
 from pipelines.defs.labeling.triggers import build_labeling_triggers
 from pipelines.defs.monitoring.assets import build_monitoring_assets
 from pipelines.defs.monitoring.triggers import build_monitoring_triggers
+from pipelines.defs.runs.sensors import build_missed_retry_sensor
 from pipelines.defs.scoring.assets import build_scoring_assets
 from pipelines.defs.training.assets import GPU_TAGS, build_training_assets
 from pipelines.defs.warehouse.assets import build_dbt_assets
@@ -101,6 +102,8 @@ def build_definitions(
         selection=dg.AssetSelection.assets(training_dbt, *datasets),
         description="Rebuild the labelled-examples mart and cut a new versioned dataset.",
     )
+    jobs = [daily_job, reference_job, label_export_job, label_import_job]
+    jobs += [dataset_job, retraining_job]
     return dg.Definitions(
         assets=[
             *ingestion.values(),
@@ -116,16 +119,16 @@ def build_definitions(
             model_performance,
             *evaluation,
         ],
-        jobs=[
-            daily_job,
-            reference_job,
-            label_export_job,
-            label_import_job,
-            dataset_job,
-            retraining_job,
-        ],
+        jobs=jobs,
         schedules=[retraining_schedule],
-        sensors=[landing_sensor, export_sensor, inbox_sensor, drift_sensor, performance_sensor],
+        sensors=[
+            landing_sensor,
+            export_sensor,
+            inbox_sensor,
+            drift_sensor,
+            performance_sensor,
+            build_missed_retry_sensor(jobs),
+        ],
         resources={**build_resources(env), **(resources or {})},
         # A run's steps run in the run's own process (a pod on Kubernetes), one after the other:
         # the warehouse pool runs them one at a time anyway, and a process per step would load

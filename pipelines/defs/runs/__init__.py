@@ -1,0 +1,1 @@
+"""Sensors that look after the runs themselves rather than the data."""

@@ -1,0 +1,102 @@
+"""The retries Dagster promised and did not launch.
+
+When a run fails and the instance's `run_retries` allow another attempt, Dagster tags it
+`dagster/will_retry=true`, and its daemon launches the retry and tags the run
+`dagster/auto_retry_run_id`. Once, on the stack, a run killed by SIGKILL was failed by run
+monitoring and tagged `will_retry=true`, and no retry ever came: that partition's day would be
+missing for good, since the sensor that asked for it does not ask twice (its run key is spent).
+
+`missed_retry_sensor` looks for such runs: failed, `will_retry=true`, no retry run and no
+`auto_retry_run_id` after `GRACE_S`. It requests the retry Dagster would have: the same job,
+partition and config, with the retry's parent, root and number tags, once per run (its run key).
+A run is a partition's whole work, written atomically, so running it again is safe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+
+import dagster as dg
+
+from pipelines.lib.runs import (
+    MAX_RETRIES_TAG,
+    PARENT_RUN_TAG,
+    RETRY_NUMBER_TAG,
+    ROOT_RUN_TAG,
+    retry_tags,
+)
+
+WILL_RETRY_TAG = "dagster/will_retry"
+AUTO_RETRY_RUN_TAG = "dagster/auto_retry_run_id"
+PARTITION_TAG = "dagster/partition"
+# Dagster's retry is launched within seconds of the failure; after this it is not coming.
+GRACE_S = 300.0
+# Failed runs older than this are left to people.
+LOOKBACK_S = 2 * 86400.0
+# The tags a retry keeps: the run's own (not Dagster's bookkeeping of the failed run or of the
+# sensor that asked for it), plus the retry's.
+KEPT_DAGSTER_TAGS = (PARTITION_TAG, MAX_RETRIES_TAG)
+
+
+def missed_retries(instance: dg.DagsterInstance, now: float) -> Iterator[dg.DagsterRun]:
+    """Failed runs that Dagster said it would retry and has not, `GRACE_S` after their end."""
+    records = instance.get_run_records(
+        dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.FAILURE],
+            tags={WILL_RETRY_TAG: "true"},
+            updated_after=datetime.fromtimestamp(now - LOOKBACK_S, tz=UTC),
+        )
+    )
+    for record in records:
+        run = record.dagster_run
+        if AUTO_RETRY_RUN_TAG in run.tags or record.update_timestamp.timestamp() > now - GRACE_S:
+            continue
+        if instance.get_run_records(dg.RunsFilter(tags={PARENT_RUN_TAG: run.run_id}), limit=1):
+            continue  # retried (by Dagster or by this sensor): nothing is missing
+        yield run
+
+
+def retry_request(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.RunRequest | None:
+    """The retry of `run` as a run request, or None when its retries are spent."""
+    tags = retry_tags(instance, run)
+    if tags is None:
+        return None
+    kept = {
+        key: value
+        for key, value in tags.items()
+        if not key.startswith("dagster/")
+        or key in (*KEPT_DAGSTER_TAGS, PARENT_RUN_TAG, ROOT_RUN_TAG, RETRY_NUMBER_TAG)
+    }
+    return dg.RunRequest(
+        run_key=f"missed_retry:{run.run_id}",
+        job_name=run.job_name,
+        run_config=run.run_config,
+        tags=kept,
+        partition_key=run.tags.get(PARTITION_TAG),
+    )
+
+
+def build_missed_retry_sensor(jobs: Sequence[object]) -> dg.SensorDefinition:
+    """The sensor over `jobs` (every job whose runs Dagster may retry), on by default."""
+
+    @dg.sensor(
+        name="missed_retry_sensor",
+        jobs=list(jobs),
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Launch the retry of a failed run that Dagster tagged will_retry=true but "
+        f"never retried ({GRACE_S:.0f} s after it failed).",
+    )
+    def missed_retry_sensor(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest]:
+        for run in missed_retries(context.instance, time.time()):
+            request = retry_request(context.instance, run)
+            if request is not None:
+                context.log.warning(
+                    f"run {run.run_id} ({run.job_name}) failed {GRACE_S:.0f}+ s ago tagged "
+                    "will_retry=true and was never retried: requesting its retry"
+                )
+                yield request
+
+    return missed_retry_sensor
