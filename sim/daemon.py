@@ -168,8 +168,8 @@ class DaemonDriver(Driver):
 
     def _pending(self, records: list[dg.RunRecord]) -> list[str]:
         """What the pipeline is still doing: runs in flight, failed runs due for a retry, and
-        sensors without a finished tick since the last change; a failed run that will not be
-        retried, or a failed tick, is an error."""
+        the pipeline's sensors without a finished tick since the last change; a failed run that
+        will not be retried, or a failed tick, is an error."""
         parents = {r.dagster_run.tags.get("dagster/parent_run_id") for r in records}
         pending, last_end = [], self.last_change
         for record in records:
@@ -185,6 +185,8 @@ class DaemonDriver(Driver):
         if pending:  # the sensors' ticks matter once no run is left
             return pending
         for name, state in self._states(InstigatorType.SENSOR).items():
+            if name not in (*DAILY_SENSORS, *MONITORING_SENSORS):
+                continue  # not one the days move: missed_retry_sensor ticks once a minute
             ticks = self.instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
             tick = ticks[0] if ticks else None
             if tick is not None and tick.status == TickStatus.FAILURE and tick.timestamp > last_end:
