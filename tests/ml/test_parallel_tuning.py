@@ -125,7 +125,9 @@ def test_parallel_workers_need_a_trial_budget(
 
 
 INTERRUPTED = """
-import sys
+import faulthandler, signal, sys
+# Where it is, on SIGUSR1: what the test shows if the interrupt does not end it.
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
 from ml.tuning import tune
@@ -144,9 +146,14 @@ def test_an_interrupted_tuning_leaves_no_worker_behind(
 ) -> None:
     # What a cancelled run does to its step: an interrupt in the process that started workers.
     args = [str(parquet_splits["train"]), str(parquet_splits["val"]), study_config.storage]
-    parent = subprocess.Popen(
-        [sys.executable, "-c", INTERRUPTED, *args, study_config.study_name], cwd=REPO
-    )
+    log = parquet_splits["train"].with_name("parent.log")
+    with log.open("w") as out:
+        parent = subprocess.Popen(
+            [sys.executable, "-c", INTERRUPTED, *args, study_config.study_name],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     study = create_study(study_config, max_epochs=1)
     deadline = time.monotonic() + 120
     while not study.get_trials(states=(TrialState.RUNNING,)) and time.monotonic() < deadline:
@@ -154,6 +161,13 @@ def test_an_interrupted_tuning_leaves_no_worker_behind(
     workers = psutil.Process(parent.pid).children()
     assert len(workers) == 2, "the workers never started a trial"
     parent.send_signal(signal.SIGINT)
-    assert parent.wait(timeout=60) != 0
+    try:
+        status = parent.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        parent.send_signal(signal.SIGUSR1)  # its threads' stacks, into its log
+        time.sleep(2)
+        parent.kill()
+        pytest.fail(f"still running 60 s after SIGINT:\n{log.read_text()[-6000:]}")
+    assert status != 0, log.read_text()[-3000:]
     gone, alive = psutil.wait_procs(workers, timeout=5)
     assert alive == [] and len(gone) == 2
