@@ -8,6 +8,7 @@ trials beat a heartbeat: a killed worker's trial is failed and queued again for 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -458,7 +459,7 @@ def run_workers(
 
 def run_worker(spec: dict[str, object], datamodule: TabularDataModule, worker: int) -> None:
     """One worker: run queued trials of the spec's study until none is left."""
-    configs = json.loads(json.dumps(spec))  # a copy: the configs are popped apart below
+    configs = copy.deepcopy(spec)  # the configs are popped apart below
     space = config_from_dict(SearchSpace, configs["tune"].pop("search_space"))
     tune_config = replace(config_from_dict(TuneConfig, configs["tune"]), search_space=space)
     model_config = config_from_dict(ModelConfig, configs["model"])
