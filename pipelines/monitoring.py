@@ -54,7 +54,8 @@ def flagged_segments(
             for v, c in zip(grown.value, grown.psi_contribution, strict=True)
         ]
     columns = ["segment_type", "segment_value", "psi_contribution"]
-    return pd.DataFrame(rows, columns=columns).astype({"psi_contribution": "float64"})
+    types = {"segment_type": "string", "segment_value": "string", "psi_contribution": "float64"}
+    return pd.DataFrame(rows, columns=columns).astype(types)
 
 
 def realized_performance(

@@ -220,10 +220,10 @@ class DuckDBConnection(WarehouseConnection):
 
     def insert_rows(self, table: str, rows: pd.DataFrame) -> None:
         self.raw.register("_rows", rows)
-        try:
-            self.raw.execute(f"insert into {table} by name select * from _rows")
-        finally:
-            self.raw.unregister("_rows")
+        # Unregistered only after a success: inside a transaction the failed insert aborted,
+        # unregistering would raise in its place, hiding its error. The next call replaces it.
+        self.raw.execute(f"insert into {table} by name select * from _rows")
+        self.raw.unregister("_rows")
 
     def has_relation(self, name: str) -> bool:
         schema, _, table = name.rpartition(".")
@@ -235,6 +235,10 @@ class DuckDBConnection(WarehouseConnection):
         return bool(found[0])
 
     def create_table_like(self, table: str, like: pd.DataFrame) -> None:
+        # A column of objects without a value (an empty frame's text column) would make a
+        # column of DuckDB's NULL type, into which no text can be inserted later: text it is.
+        untyped = [c for c in like.columns if like[c].dtype == object and like[c].isna().all()]
+        like = like.astype({c: "string" for c in untyped})
         self.raw.register("_like", like)
         try:
             self.raw.execute(

@@ -12,7 +12,9 @@ import pytest
 
 from ml.config import FeatureConfig
 from ml.drift import build_reference
+from pipelines.defs.monitoring.assets import FLAGS_TABLE, _ensure
 from pipelines.defs.monitoring.triggers import build_monitoring_triggers, in_cooldown
+from pipelines.lib.warehouse import DuckDBWarehouse, replace_rows
 from pipelines.monitoring import drift_table, flagged_segments, realized_performance
 from pipelines.policy import MonitoringPolicy
 
@@ -50,6 +52,40 @@ def test_drift_table_flags_shifted_features_and_segments_not_excluded_ones() -> 
     assert segments.segment_type.tolist()[0] == "carrier"
     assert segments.segment_value.tolist()[0] == "EV"
     assert set(segments.segment_type) == {"carrier"}  # route did not drift
+
+
+def test_flagged_segments_are_stored_after_days_that_flagged_none(tmp_path) -> None:
+    # The table is created by the first day monitored; that day flagged nothing (2013-01-12 of
+    # the main job): its text columns must still take the segments of the days after.
+    features = FeatureConfig()
+    profile = build_reference(flights(4000, seed=0), features.categorical, features.numeric)
+    quiet = flights(2000, seed=1)
+    none = flagged_segments(
+        profile, quiet, drift_table(profile, quiet, None, features, POLICY), POLICY
+    )
+    drifted = flights(2000, 2, temp_shift=30, carrier="EV")
+    some = flagged_segments(
+        profile, drifted, drift_table(profile, drifted, None, features, POLICY), POLICY
+    )
+    assert none.empty and not some.empty
+    warehouse = DuckDBWarehouse(path=str(tmp_path / "w.duckdb"))
+    for day, flags in (("2013-01-12", none), ("2013-01-13", some)):
+        flags = flags.assign(flagged_at=pd.Timestamp(day), model_version="1")
+        with warehouse.connect() as con:
+            _ensure(con, FLAGS_TABLE, flags)
+            replace_rows(con, FLAGS_TABLE, "cast(flagged_at as date)", day, flags)
+    with warehouse.connect() as con:
+        stored = con.df(f"select segment_type, segment_value from {FLAGS_TABLE}")
+        # A row that does not fit fails with its own error, not with the aborted transaction's.
+        with pytest.raises(Exception, match="Conversion Error"):
+            replace_rows(
+                con,
+                FLAGS_TABLE,
+                "cast(flagged_at as date)",
+                "2013-01-14",
+                some.assign(flagged_at="not a time", model_version="1"),
+            )
+    assert stored.values.tolist() == some[["segment_type", "segment_value"]].values.tolist()
 
 
 def test_realized_performance_needs_enough_labels_and_flags_decay() -> None:
