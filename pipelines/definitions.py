@@ -83,7 +83,6 @@ def build_definitions(
     )
     training = build_training_assets(task.name, spec.features)
     evaluation = build_evaluation_assets(task, spec, promotion_policy)
-    _, champion_model = evaluation
     retraining_job = dg.define_asset_job(
         "retraining_job",
         selection=dg.AssetSelection.assets(training_dbt, *datasets, *training, *evaluation),
@@ -96,7 +95,7 @@ def build_definitions(
         config=retraining_run_config(),
     )
     drift_sensor, performance_sensor, retraining_schedule = build_monitoring_triggers(
-        retraining_job, monitoring_policy, labels.key, champion_model.key, interval_s
+        retraining_job, monitoring_policy, labels.key, interval_s
     )
     dataset_job = dg.define_asset_job(
         "dataset_job",

@@ -121,9 +121,7 @@ def test_cooldown_counts_monitored_days(day: str, last: str | None, expected: bo
 @pytest.fixture
 def triggers():
     job = dg.define_asset_job("retraining_job", selection=dg.AssetSelection.all())
-    drift, performance, schedule = build_monitoring_triggers(
-        job, POLICY, dg.AssetKey("labels"), dg.AssetKey("champion_model")
-    )
+    drift, performance, schedule = build_monitoring_triggers(job, POLICY, dg.AssetKey("labels"))
 
     daily = dg.DailyPartitionsDefinition("2013-01-01")
 
@@ -136,11 +134,8 @@ def triggers():
     @dg.asset(partitions_def=daily)
     def labels() -> None: ...
 
-    @dg.asset
-    def champion_model() -> None: ...
-
     defs = dg.Definitions(
-        assets=[feature_drift, model_performance, labels, champion_model],
+        assets=[feature_drift, model_performance, labels],
         jobs=[job],
         sensors=[drift, performance],
         schedules=[schedule],
@@ -200,9 +195,7 @@ def test_performance_sensor_requests_when_the_champion_decays(triggers) -> None:
     assert first.run_requests[0].tags["flywheel/trigger"] == "performance"
 
 
-def add_retraining(
-    instance: dg.DagsterInstance, event_day: str, started: bool = False, trigger: str = "bootstrap"
-) -> None:
+def add_retraining(instance: dg.DagsterInstance, event_day: str, started: bool = False) -> None:
     """Record a finished retraining run that trained on data up to `event_day` (`started`: with
     its start and success events, timed now)."""
     run = instance.add_run(
@@ -210,7 +203,7 @@ def add_retraining(
             job_name="retraining_job",
             run_id=f"retraining-{event_day}",
             status=dg.DagsterRunStatus.NOT_STARTED if started else dg.DagsterRunStatus.SUCCESS,
-            tags={"flywheel/event_day": event_day, "flywheel/trigger": trigger},
+            tags={"flywheel/event_day": event_day},
         )
     )
     if started:
@@ -235,73 +228,21 @@ def test_no_request_before_a_label_came_in_since_the_last_retraining(triggers) -
     with dg.instance_for_test() as instance:
         import_labels(instance, "2013-10-01")
         add_retraining(instance, "2013-10-01", started=True)  # the first model, on every label
-        report(instance, "2013-10-09", True)  # drift after the cooldown, no new label yet
+        report(instance, "2013-10-02", True)  # drift the next morning, no new label yet
         first = tick(defs, sensor, instance, None)
         assert first.run_requests == []
         # The event is read (the cursor moved), and no cooldown started.
         assert json.loads(first.cursor)["last_trigger_day"] is None
-        moment = datetime(2013, 10, 14, 4, tzinfo=UTC)
+        moment = datetime(2013, 10, 7, 4, tzinfo=UTC)
         with dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx:
             skipped = schedule.evaluate_tick(ctx)
         assert not skipped.run_requests
         assert skipped.skip_message == "no label came in since run retraining-2013-10-01"
 
-        import_labels(instance, "2013-10-09")
-        report(instance, "2013-10-10", True)
+        import_labels(instance, "2013-10-02")
+        report(instance, "2013-10-03", True)
         later = tick(defs, sensor, instance, first.cursor)
-        assert [r.run_key for r in later.run_requests] == ["drift_sensor:2013-10-10"]
-
-
-def decide(instance: dg.DagsterInstance, champion_version: str) -> None:
-    instance.report_runless_asset_event(
-        dg.AssetMaterialization("champion_model", metadata={"champion_version": champion_version})
-    )
-
-
-def monday_tick(schedule, instance: dg.DagsterInstance, moment: datetime):
-    with dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx:
-        return schedule.evaluate_tick(ctx)
-
-
-def test_the_alarms_share_a_cooldown_and_the_schedule_skips_within_it(triggers) -> None:
-    defs, sensor, schedule = triggers
-    monday = datetime(2013, 10, 7, 4, tzinfo=UTC)  # data up to 10-06
-    with dg.instance_for_test() as instance:
-        import_labels(instance, "2013-10-01")
-        add_retraining(instance, "2013-10-03", trigger="performance")
-        decide(instance, "none")  # its challenger was rejected: no champion yet
-        import_labels(instance, "2013-10-04")
-        # Without a champion there is nothing to protect: the schedule retrains.
-        assert monday_tick(schedule, instance, monday).run_requests
-        decide(instance, "3")
-        report(instance, "2013-10-05", True)  # the drift sensor has not fired itself
-        first = tick(defs, sensor, instance, None)
-        assert first.run_requests == []
-        skipped = monday_tick(schedule, instance, monday)
-        assert skipped.skip_message == "in cooldown after retraining run retraining-2013-10-03"
-        # A failed retraining does not count; seven days after the last one, drift asks again.
-        instance.add_run(
-            dg.DagsterRun(
-                job_name="retraining_job",
-                run_id="failed",
-                status=dg.DagsterRunStatus.FAILURE,
-                tags={"flywheel/event_day": "2013-10-08"},
-            )
-        )
-        report(instance, "2013-10-10", True)
-        later = tick(defs, sensor, instance, first.cursor)
-        assert [r.run_key for r in later.run_requests] == ["drift_sensor:2013-10-10"]
-
-
-def test_an_alarm_the_day_after_a_scheduled_retraining_still_asks(triggers) -> None:
-    defs, sensor, _ = triggers
-    with dg.instance_for_test() as instance:
-        add_retraining(instance, "2013-10-06", trigger="schedule")
-        decide(instance, "3")
-        import_labels(instance, "2013-10-07")
-        report(instance, "2013-10-08", True)  # a drift that just began
-        (request,) = tick(defs, sensor, instance, None).run_requests
-        assert request.run_key == "drift_sensor:2013-10-08"
+        assert [r.run_key for r in later.run_requests] == ["drift_sensor:2013-10-03"]
 
 
 def test_weekly_schedule_keys_runs_by_their_tick(triggers) -> None:

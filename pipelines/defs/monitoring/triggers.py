@@ -2,12 +2,9 @@
 
 The sensors read the monitoring assets' materializations in storage order. An event is a
 monitored day whose materialization says it crossed a threshold (the assets apply the task's
-policy); each event gives at most one run (its run key). The two alarms (drift, performance) share
-one cooldown: neither asks within `cooldown_days` (of monitored days) of the last retraining
-either asked for, so a drift that persists does not retrain every day and two alarms do not
-retrain twice a week on nearly the same labels. The weekly schedule skips its tick within the
-cooldown of any retraining. While there is no champion, no cooldown holds. No trigger asks while
-a retraining covers the day, nor before a label came in since the last one.
+policy); each event gives at most one run (its run key), and a sensor that fired stays quiet for
+`cooldown_days` of monitored days, so a drift that persists does not retrain every day. No
+trigger asks while a retraining covers the day, nor before a label came in since the last one.
 """
 
 import json
@@ -25,9 +22,6 @@ if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
 
 TRIGGER_TAG = "flywheel/trigger"
 EVENT_DAY_TAG = "flywheel/event_day"
-# The triggers that are alarms: they share one cooldown. The weekly schedule is not one of
-# them: an alarm the day after a scheduled retraining (a drift that just began) still asks.
-ALARMS = frozenset({"drift", "performance"})
 ACTIVE = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -57,34 +51,6 @@ def covering_run(instance: dg.DagsterInstance, job_name: str, day: str) -> str |
     return None
 
 
-def recent_retraining(
-    instance: dg.DagsterInstance,
-    job_name: str,
-    day: str,
-    cooldown_days: int,
-    champion: dg.AssetKey,
-    triggers: frozenset[str] | None = None,
-) -> str | None:
-    """A retraining run (not failed) asked for by one of `triggers` (default: any) whose event day
-    is within `cooldown_days` before `day`, if any; none while there is no champion (the
-    `champion` asset's last decision left none): no model in production to protect from churn."""
-    decided = instance.get_latest_materialization_event(champion)
-    metadata = (
-        decided.asset_materialization.metadata if decided and decided.asset_materialization else {}
-    )
-    if metadata.get("champion_version") is None or metadata["champion_version"].value == "none":
-        return None
-    for record in instance.get_run_records(dg.RunsFilter(job_name=job_name), limit=20):
-        run = record.dagster_run
-        if run.status == dg.DagsterRunStatus.FAILURE or EVENT_DAY_TAG not in run.tags:
-            continue
-        if triggers is not None and run.tags.get(TRIGGER_TAG) not in triggers:
-            continue
-        if in_cooldown(day, run.tags[EVENT_DAY_TAG], cooldown_days):
-            return run.run_id
-    return None
-
-
 def labels_seen_by(instance: dg.DagsterInstance, job_name: str, labels: dg.AssetKey) -> str | None:
     """The newest retraining run that ran (not failed) if it started after the last label import:
     it cut its dataset from every label there is, so another one would train the same challenger
@@ -108,7 +74,6 @@ def _event_sensor(
     description: str,
     interval_s: int | None,
     labels: dg.AssetKey,
-    champion: dg.AssetKey,
 ) -> dg.SensorDefinition:
     @dg.sensor(
         name=name, job=job, minimum_interval_seconds=interval_s or 60, description=description
@@ -135,11 +100,6 @@ def _event_sensor(
             if covered := covering_run(context.instance, job.name, day):
                 context.log.info(f"{day}: {flag} but run {covered} already retrains on that day")
                 continue
-            if recent := recent_retraining(
-                context.instance, job.name, day, policy.cooldown_days, champion, ALARMS
-            ):
-                context.log.info(f"{day}: {flag} but in cooldown after retraining run {recent}")
-                continue
             if seen := labels_seen_by(context.instance, job.name, labels):
                 context.log.info(f"{day}: {flag} but no label came in since run {seen}")
                 continue
@@ -165,13 +125,11 @@ def build_monitoring_triggers(
     job: "UnresolvedAssetJobDefinition",
     policy: MonitoringPolicy,
     labels: dg.AssetKey,
-    champion: dg.AssetKey,
     interval_s: int | None = None,
 ) -> tuple[dg.SensorDefinition, dg.SensorDefinition, dg.ScheduleDefinition]:
     """`drift_sensor`, `performance_sensor` (evaluated every `interval_s` seconds at least,
     default 60) and `retraining_schedule`, all requesting `job`; none asks again before the imported
-    `labels` asset was materialized since the last retraining started, nor, while the `champion`
-    asset says there is a champion, within the policy's cooldown (see the module's docstring)."""
+    `labels` asset was materialized since the last retraining started."""
     drift = _event_sensor(
         "drift_sensor",
         dg.AssetKey("feature_drift"),
@@ -181,7 +139,6 @@ def build_monitoring_triggers(
         "Request a retraining when a day's feature or score drift crosses the thresholds.",
         interval_s,
         labels,
-        champion,
     )
     performance = _event_sensor(
         "performance_sensor",
@@ -192,7 +149,6 @@ def build_monitoring_triggers(
         "Request a retraining when the champion's realized performance falls below validation.",
         interval_s,
         labels,
-        champion,
     )
 
     @dg.schedule(
@@ -206,15 +162,11 @@ def build_monitoring_triggers(
         context: dg.ScheduleEvaluationContext,
     ) -> dg.RunRequest | dg.SkipReason:
         """One retraining per week, keyed by its scheduled time; skipped when a sensor's
-        retraining already trained on the same days or within the cooldown."""
+        retraining already trained on the same days."""
         moment = context.scheduled_execution_time
         day = (moment.date() - timedelta(days=1)).isoformat()
         if covered := covering_run(context.instance, job.name, day):
             return dg.SkipReason(f"run {covered} already retrains on data up to {day}")
-        if recent := recent_retraining(
-            context.instance, job.name, day, policy.cooldown_days, champion
-        ):
-            return dg.SkipReason(f"in cooldown after retraining run {recent}")
         if seen := labels_seen_by(context.instance, job.name, labels):
             return dg.SkipReason(f"no label came in since run {seen}")
         return dg.RunRequest(
