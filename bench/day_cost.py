@@ -56,7 +56,7 @@ def play(code: Path, home: Path, args: argparse.Namespace) -> tuple[float, dict[
     """Play the days with the code under `code` in a fresh `home`; (wall s, each day's wall s)."""
     from bench.drift_to_promotion import fresh_home
 
-    fresh_home(home)
+    fresh_home(home, code)
     command = [sys.executable, "-m", "sim", "run", "--start", args.start.isoformat()]
     command += ["--days", str(args.days), "--bootstrap-days", str(args.bootstrap_days)]
     command += ["--trials", str(args.trials), "--max-epochs", str(args.max_epochs)]

@@ -24,14 +24,15 @@ from pipelines.lib.datasets import init_repository
 REPO = Path(__file__).resolve().parents[1]
 
 
-def fresh_home(home: Path) -> None:
-    """A FLYWHEEL_HOME with its own Dagster instance and DVC repository (so `data/` is kept)."""
+def fresh_home(home: Path, code: Path = REPO) -> None:
+    """A FLYWHEEL_HOME with its own Dagster instance (the instance settings of the code under
+    `code`) and DVC repository (so `data/` is kept)."""
     os.environ["FLYWHEEL_HOME"] = str(home)
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
     os.environ["FLYWHEEL_DVC_REPO"] = str(home / "checkout" / "data")
     os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
     (home / "dagster").mkdir(parents=True)
-    (home / "dagster" / "dagster.yaml").write_text((REPO / "deploy/dagster.yaml").read_text())
+    (home / "dagster" / "dagster.yaml").write_text((code / "deploy/dagster.yaml").read_text())
     init_repository(home / "checkout" / "data")
 
 

@@ -1,0 +1,107 @@
+"""The embedded Dagster instance's event log: Dagster's own SQLite storage, its connections kept.
+
+Dagster's `SqliteEventLogStorage` creates a SQLAlchemy engine, opens a SQLite connection and
+closes both for every event it stores and every query it answers. An event costs 2.5 ms, an
+asset event (written to the run's database and the index database) 5.9 ms, and a simulated day
+stores about 170 of them: a third of the day. This subclass keeps one engine (one pooled
+connection, more for a moment while a database is created) per database file, for the index
+database and the last runs' databases, and otherwise leaves everything to Dagster's class: the
+same files and schema, WAL journal, busy timeout, the same lock around every use, and the same
+durability (each event is its own committed transaction). Measured: 0.8 ms and 1.9 ms.
+
+It is the embedded default's (`deploy/dagster.yaml`); the stack and production keep Dagster's
+PostgreSQL storage. The webserver and the daemon read the same files as before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as db
+from dagster import Field, StringSource
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+from dagster._serdes import ConfigurableClassData
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import QueuePool
+
+# The index database and the databases of the runs being written or read: a run writes its own
+# and the index, a sensor reads the index; older runs are read again only in the UI.
+KEPT_ENGINES = 8
+
+
+class PooledSqliteEventLogStorage(SqliteEventLogStorage):
+    """`SqliteEventLogStorage` that keeps its engines (see the module's docstring).
+
+    Configured with `base_dir` (default: `$DAGSTER_HOME/history/runs`, where Dagster's own SQLite
+    storage keeps the event logs).
+    """
+
+    def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+        # Before Dagster's constructor, which already connects (its migrations).
+        self._engines: OrderedDict[str, Engine] = OrderedDict()
+        super().__init__(base_dir, inst_data=inst_data)
+
+    @classmethod
+    def config_type(cls) -> dict[str, Field]:
+        return {"base_dir": Field(StringSource, is_required=False)}
+
+    @classmethod
+    def from_config_value(  # type: ignore[override]
+        cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
+    ) -> PooledSqliteEventLogStorage:
+        base_dir = config_value.get("base_dir") or os.path.join(
+            os.environ["DAGSTER_HOME"], "history", "runs"
+        )
+        return cls(base_dir, inst_data=inst_data)
+
+    def _engine(self, shard: str) -> Engine:
+        engine = self._engines.get(shard)
+        if engine is not None:
+            self._engines.move_to_end(shard)
+            return engine
+        engine = db.create_engine(
+            self.conn_string_for_shard(shard),
+            poolclass=QueuePool,
+            pool_size=1,
+            # Creating a database (its tables, then its alembic stamp) opens a few at once.
+            max_overflow=4,
+            # One connection serves whichever thread holds the storage's lock.
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+        )
+        self._engines[shard] = engine
+        while len(self._engines) > KEPT_ENGINES:
+            _, oldest = self._engines.popitem(last=False)
+            oldest.dispose()
+        return engine
+
+    def _dispose_engines(self) -> None:
+        while self._engines:
+            _, engine = self._engines.popitem()
+            engine.dispose()
+
+    @contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        # Dagster's own `_connect`, with the engine kept rather than created and disposed.
+        with self._db_lock:
+            engine = self._engine(shard)
+            if shard not in self._initialized_dbs:
+                self._initdb(engine)
+                self._initialized_dbs.add(shard)
+            with engine.connect() as conn, conn.begin():
+                yield conn
+
+    def wipe(self) -> None:
+        # The run databases' files are deleted: no connection may outlive them.
+        with self._db_lock:
+            self._dispose_engines()
+        super().wipe()
+
+    def dispose(self) -> None:
+        with self._db_lock:
+            self._dispose_engines()
+        super().dispose()
