@@ -17,6 +17,7 @@ from pipelines.lib.dbt import (
     KEEP_TARGETS_ENV,
     WINDOW_ENV_VARS,
     FlywheelDbtCliResource,
+    build_command,
     date_window_env,
     dbt_executable,
     dbt_project,
@@ -186,6 +187,7 @@ def test_a_partition_run_builds_only_its_days_and_reparses_nothing(flywheel, tmp
     # parsed nothing (not even a partial parse), yet built and tested the day.
     assert "LogModelResult" in names and "LogTestResult" in names
     assert not {name for name in names if "Pars" in name}, names
+    assert (log.parent / "run_results.json").exists()  # a kept folder has dbt's artifacts
     assert not set(WINDOW_ENV_VARS) & set(os.environ)  # set for the dbt command only
     n = flywheel.scalar("select count(*) from fct_flight_features where flight_date = '2013-01-01'")
     assert n == source_rows("flights", "2013-01-01")
@@ -194,6 +196,13 @@ def test_a_partition_run_builds_only_its_days_and_reparses_nothing(flywheel, tmp
     monkeypatch.delenv(KEEP_TARGETS_ENV)
     result = flywheel.run("daily_warehouse_job", "2013-01-02")
     assert not list(target.glob(f"daily_dbt_models-{result.run_id[:7]}-*"))
+
+
+def test_a_build_writes_no_artifacts_into_a_folder_it_removes(monkeypatch):
+    monkeypatch.delenv(KEEP_TARGETS_ENV, raising=False)
+    assert build_command()[0] == "build" and "--no-write-json" in build_command()
+    monkeypatch.setenv(KEEP_TARGETS_ENV, "1")
+    assert "--no-write-json" not in build_command()
 
 
 def test_date_window_env_restores_the_environment(monkeypatch):

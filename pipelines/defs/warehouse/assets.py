@@ -11,6 +11,7 @@ from dagster_dbt import DbtCliResource, dbt_assets
 from pipelines.contracts import TaskSpec
 from pipelines.lib.dbt import (
     FlywheelDbtTranslator,
+    build_command,
     date_window_env,
     dbt_project,
     stream_and_keep_parse_state,
@@ -21,8 +22,6 @@ from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 DAILY_TAG = "daily"
 DAILY_SELECT = f"tag:{DAILY_TAG}"
 TRAINING_SELECT = "tag:training"
-# dbt unit tests check model logic, not data: CI runs them once (tests/dbt), not every partition.
-BUILD = ["build", "--exclude-resource-type", "unit_test"]
 
 
 def build_dbt_assets(
@@ -48,7 +47,7 @@ def build_dbt_assets(
         with first_build_serialised(warehouse, incremental_models(DAILY_TAG)):
             # The window goes in the environment, not --vars: changed vars re-parse the project.
             with date_window_env(window.start.date(), window.end.date()):
-                invocation = dbt.cli(BUILD, context=context)
+                invocation = dbt.cli(build_command(), context=context)
             yield from stream_and_keep_parse_state(invocation)
 
     @dbt_assets(
@@ -63,7 +62,7 @@ def build_dbt_assets(
     ):
         """Build and test the models over reference data and labels."""
         warehouse.wait_until_free()
-        yield from stream_and_keep_parse_state(dbt.cli(BUILD, context=context))
+        yield from stream_and_keep_parse_state(dbt.cli(build_command(), context=context))
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
@@ -77,7 +76,7 @@ def build_dbt_assets(
     ):
         """Build and test the marts that training datasets are cut from (all labelled days)."""
         warehouse.wait_until_free()
-        yield from stream_and_keep_parse_state(dbt.cli(BUILD, context=context))
+        yield from stream_and_keep_parse_state(dbt.cli(build_command(), context=context))
 
     return daily_dbt_models, reference_dbt_models, training_dbt_models
 
