@@ -1,0 +1,113 @@
+"""The embedded instance's event log: Dagster's SQLite storage with its connections kept.
+
+Same files, same answers as Dagster's own classes, readable by another process while written,
+nothing committed lost when the writing process is killed, and a bounded number of open engines.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from pipelines.lib.dagster_storage import KEPT_ENGINES, PooledSqliteEventLogStorage
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "dagster"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO / "deploy" / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home
+
+
+def materialize(instance: dg.DagsterInstance, run_id: str, asset: str) -> None:
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset, metadata={"run": run_id}))
+
+
+def test_the_embedded_instance_keeps_dagsters_files_and_answers(home: Path) -> None:
+    with dg.DagsterInstance.get() as instance:
+        assert isinstance(instance.event_log_storage, PooledSqliteEventLogStorage)
+        for i in range(KEPT_ENGINES + 4):  # more run databases than engines kept
+            run = instance.add_run(
+                dg.DagsterRun(job_name="j", run_id=f"run-{i}", status=dg.DagsterRunStatus.STARTED)
+            )
+            instance.report_engine_event(f"hello from {i}", run)
+            materialize(instance, run.run_id, "a")
+        assert len(instance.event_log_storage._engines) <= KEPT_ENGINES
+        assert [e.message for e in instance.all_logs("run-0")] == ["hello from 0"]
+    # Where Dagster's own storage keeps them, and read back by Dagster's own classes.
+    assert (home / "history" / "runs.db").exists()
+    assert (home / "history" / "runs" / "index.db").exists()
+    own = dg.DagsterInstance.from_config(str(home), config_filename="none.yaml")
+    with own:
+        assert not isinstance(own.event_log_storage, PooledSqliteEventLogStorage)
+        assert len(own.get_run_records(dg.RunsFilter(job_name="j"))) == KEPT_ENGINES + 4
+        records = own.fetch_materializations(dg.AssetKey("a"), limit=100).records
+        assert len(records) == KEPT_ENGINES + 4
+        assert [e.message for e in own.all_logs(f"run-{KEPT_ENGINES}")] == [
+            f"hello from {KEPT_ENGINES}"
+        ]
+
+
+def test_a_wiped_event_log_takes_new_events(home: Path) -> None:
+    with dg.DagsterInstance.get() as instance:
+        run = instance.add_run(dg.DagsterRun(job_name="j", run_id="r1"))
+        instance.report_engine_event("before", run)
+        instance.event_log_storage.wipe()
+        assert instance.all_logs("r1") == []
+        instance.report_engine_event("after", run)
+        assert [e.message for e in instance.all_logs("r1")] == ["after"]
+
+
+WRITER = """
+import sys, dagster as dg
+with dg.DagsterInstance.get() as instance:
+    run = instance.add_run(dg.DagsterRun(job_name="j", run_id="writer"))
+    for i in range(100000):
+        instance.report_engine_event(f"event {i}", run)
+        print(i, flush=True)
+"""
+
+
+def test_another_process_reads_while_one_writes_and_a_kill_loses_nothing_committed(
+    home: Path,
+) -> None:
+    with dg.DagsterInstance.get() as reader:
+        materialize(reader, "reader", "a")  # this process holds its engines open meanwhile
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER],
+            cwd=REPO,
+            env=os.environ,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert writer.stdout is not None
+            for line in writer.stdout:
+                if int(line) >= 200:
+                    break
+            seen_while_writing = len(reader.all_logs("writer"))
+            writer.send_signal(signal.SIGKILL)
+        finally:
+            writer.kill()
+            writer.wait()
+        assert seen_while_writing >= 200
+        events = reader.all_logs("writer")
+        # Every event the writer reported stored is there, once, in order.
+        messages = [e.message for e in events]
+        assert messages == [f"event {i}" for i in range(len(messages))]
+        assert len(messages) >= 201
+        start = time.monotonic()
+        materialize(reader, "reader", "a")  # the killed writer left no lock behind
+        assert time.monotonic() - start < 5
+        assert len(reader.fetch_materializations(dg.AssetKey("a"), limit=10).records) == 2
