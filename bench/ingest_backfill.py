@@ -24,6 +24,7 @@ def prepare(home: Path, days: list[date]) -> tuple[dg.Definitions, dg.DagsterIns
     """Land `days` into a fresh FLYWHEEL_HOME and load the reference data."""
     os.environ["FLYWHEEL_HOME"] = str(home)
     os.environ["FLYWHEEL_WAREHOUSE_PATH"] = str(home / "warehouse.duckdb")
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
     from pipelines.definitions import build_definitions
     from pipelines.lib.landing_zone import LocalLandingZone
     from sim.replay import land_days

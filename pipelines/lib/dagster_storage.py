@@ -19,15 +19,20 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as db
 from dagster import Field, StringSource
+from dagster._core.errors import DagsterInvariantViolationError
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import QueuePool
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 # The index database and the databases of the runs being written or read: a run writes its own
 # and the index, a sensor reads the index; older runs are read again only in the UI.
@@ -37,8 +42,10 @@ KEPT_ENGINES = 8
 class PooledSqliteEventLogStorage(SqliteEventLogStorage):
     """`SqliteEventLogStorage` that keeps its engines (see the module's docstring).
 
-    Configured with `base_dir` (default: `$DAGSTER_HOME/history/runs`, where Dagster's own SQLite
-    storage keeps the event logs).
+    Configured with `dagster_home`, the instance's folder (`{env: DAGSTER_HOME}`): the event logs
+    go where Dagster's own SQLite storage keeps them, `<dagster_home>/history/runs`. An instance
+    whose folder is another (one opened with `DagsterInstance.from_config(folder)` while
+    DAGSTER_HOME names a different one) is refused rather than split across two folders.
     """
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
@@ -48,16 +55,24 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
 
     @classmethod
     def config_type(cls) -> dict[str, Field]:
-        return {"base_dir": Field(StringSource, is_required=False)}
+        return {"dagster_home": Field(StringSource)}
 
     @classmethod
     def from_config_value(  # type: ignore[override]
         cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
     ) -> PooledSqliteEventLogStorage:
-        base_dir = config_value.get("base_dir") or os.path.join(
-            os.environ["DAGSTER_HOME"], "history", "runs"
-        )
-        return cls(base_dir, inst_data=inst_data)
+        home = config_value["dagster_home"]
+        return cls(os.path.join(home, "history", "runs"), inst_data=inst_data)
+
+    def register_instance(self, instance: DagsterInstance) -> None:
+        super().register_instance(instance)
+        expected = Path(instance.root_directory, "history", "runs").resolve()
+        if Path(self._base_dir).resolve() != expected:
+            raise DagsterInvariantViolationError(
+                f"the event log storage is configured under {self._base_dir}, but this "
+                f"instance's folder is {instance.root_directory}: set DAGSTER_HOME to the "
+                "instance's folder (dagster_home in its dagster.yaml)"
+            )
 
     def _engine(self, shard: str) -> Engine:
         engine = self._engines.get(shard)

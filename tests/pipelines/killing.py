@@ -16,6 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 import duckdb
+import pytest
 
 from pipelines.defs.ingestion.sensors import changed_files
 from pipelines.lib.landing_zone import LocalLandingZone
@@ -24,6 +25,17 @@ REPO = Path(__file__).resolve().parents[2]
 DAGSTER_YAML = REPO / "deploy" / "dagster.yaml"
 # Columns that record when something was processed: they differ between any two runs.
 PROCESSING_TIMES = {"_ingested_at", "quarantined_at", "scored_at", "exported_at", "computed_at"}
+
+
+@contextmanager
+def instance_at(home: str) -> Iterator[dg.DagsterInstance]:
+    """The instance in folder `home`, opened as DAGSTER_HOME's (the deployed dagster.yaml's event
+    log is DAGSTER_HOME's)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DAGSTER_HOME", home)
+        instance = dg.DagsterInstance.from_config(home)
+    with instance:
+        yield instance
 
 
 def copy_world(source: Path, target: Path) -> dict[str, str]:
@@ -82,13 +94,10 @@ def kill_at_step(
     """Run `script` in a fresh interpreter; SIGKILL it `after_s` seconds after a run of `job`
     (for `partition`, if given) starts step `step` in the instance at DAGSTER_HOME. Returns that
     run as the instance has it."""
-    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+    with instance_at(env["DAGSTER_HOME"]) as instance:
         before = {r.dagster_run.run_id for r in instance.get_run_records()}
     # A file, not a pipe: a child that logs more than a pipe holds would block on it.
-    with (
-        tempfile.TemporaryFile() as errors,
-        dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance,
-    ):
+    with tempfile.TemporaryFile() as errors, instance_at(env["DAGSTER_HOME"]) as instance:
         child = subprocess.Popen(
             [sys.executable, "-c", script, *args],
             cwd=REPO,

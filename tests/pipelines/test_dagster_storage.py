@@ -59,6 +59,14 @@ def test_the_embedded_instance_keeps_dagsters_files_and_answers(home: Path) -> N
         ]
 
 
+def test_an_instance_of_another_folder_than_dagster_home_is_refused(home: Path, tmp_path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "dagster.yaml").write_text((home / "dagster.yaml").read_text())
+    with pytest.raises(dg.DagsterInvariantViolationError, match=r"set DAGSTER_HOME"):
+        dg.DagsterInstance.from_config(str(other))  # its event log would be DAGSTER_HOME's
+
+
 def test_a_wiped_event_log_takes_new_events(home: Path) -> None:
     with dg.DagsterInstance.get() as instance:
         run = instance.add_run(dg.DagsterRun(job_name="j", run_id="r1"))

@@ -30,8 +30,9 @@ from tests.pipelines.killing import DAGSTER_YAML, lock_holder
 
 
 @pytest.fixture
-def instance(tmp_path):
+def instance(tmp_path, monkeypatch):
     shutil.copy(DAGSTER_YAML, tmp_path / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))  # the deployed instance is DAGSTER_HOME's
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         yield instance
 

@@ -118,12 +118,13 @@ def test_features_of_a_day_do_not_change_when_later_days_arrive(flywheel):
     assert flywheel.sql(day_d) == before
 
 
-def test_two_partitions_materialized_at_once_both_complete(flywheel):
+def test_two_partitions_materialized_at_once_both_complete(flywheel, monkeypatch):
     land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
     flywheel.run("reference_warehouse_job")
     dagster_home = flywheel.home / "dagster"
     dagster_home.mkdir(parents=True)
     (dagster_home / "dagster.yaml").write_text((REPO / "deploy" / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))  # the deployed instance is its own
     dg.DagsterInstance.from_config(str(dagster_home)).dispose()  # storage made once, as by setup
     env = os.environ | {"DAGSTER_HOME": str(dagster_home)}
     # The daily assets only: downstream of them are labeling, datasets and training.
