@@ -138,7 +138,8 @@ def test_the_daemon_driven_stack_plays_the_same_loop_as_the_in_process_driver(
 def test_in_process_every_run_shares_one_process_and_through_the_daemon_each_has_its_own(
     in_process: dict, through_the_daemon: dict
 ):
-    assert all(name.startswith("Sqlite") for name in in_process["storage"])
+    # The embedded instance: Dagster's SQLite storage (its event log with connections kept).
+    assert in_process["storage"] == ["SqliteRunStorage", "PooledSqliteEventLogStorage"]
     assert len({pid for pids in in_process["pids"] for pid in pids}) == 1
     assert through_the_daemon["storage"] == ["PostgresRunStorage", "PostgresEventLogStorage"]
     pids = [pid for pids in through_the_daemon["pids"] for pid in pids]
