@@ -218,12 +218,16 @@ class DuckDBConnection(WarehouseConnection):
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Result:
         return _DuckDBResult(self.raw.execute(sql, list(params or [])))
 
+    def _over_frame(self, sql: str, frame: pd.DataFrame) -> None:
+        """Execute `sql`, which reads `frame` as `_frame`. Unregistered only after a success:
+        inside a transaction a failed statement aborts it, and unregistering would then raise
+        in its place, hiding its error. The next call replaces the registration."""
+        self.raw.register("_frame", frame)
+        self.raw.execute(sql)
+        self.raw.unregister("_frame")
+
     def insert_rows(self, table: str, rows: pd.DataFrame) -> None:
-        self.raw.register("_rows", rows)
-        # Unregistered only after a success: inside a transaction the failed insert aborted,
-        # unregistering would raise in its place, hiding its error. The next call replaces it.
-        self.raw.execute(f"insert into {table} by name select * from _rows")
-        self.raw.unregister("_rows")
+        self._over_frame(f"insert into {table} by name select * from _frame", rows)
 
     def has_relation(self, name: str) -> bool:
         schema, _, table = name.rpartition(".")
@@ -239,13 +243,9 @@ class DuckDBConnection(WarehouseConnection):
         # column of DuckDB's NULL type, into which no text can be inserted later: text it is.
         untyped = [c for c in like.columns if like[c].dtype == object and like[c].isna().all()]
         like = like.astype({c: "string" for c in untyped})
-        self.raw.register("_like", like)
-        try:
-            self.raw.execute(
-                f"create table if not exists {table} as select * from _like where false"
-            )
-        finally:
-            self.raw.unregister("_like")
+        self._over_frame(
+            f"create table if not exists {table} as select * from _frame where false", like
+        )
 
     def _lock(self, keys: list[int]) -> None:
         """Nothing to take: DuckDB has one writer at a time."""

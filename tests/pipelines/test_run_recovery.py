@@ -26,14 +26,13 @@ from pipelines.lib.runs import (
     retry_tags,
     wait_for_pools,
 )
-from tests.pipelines.killing import DAGSTER_YAML, lock_holder
+from tests.pipelines.killing import DAGSTER_YAML, instance_at, lock_holder
 
 
 @pytest.fixture
-def instance(tmp_path, monkeypatch):
+def instance(tmp_path):
     shutil.copy(DAGSTER_YAML, tmp_path / "dagster.yaml")
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))  # the deployed instance is DAGSTER_HOME's
-    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+    with instance_at(str(tmp_path)) as instance:
         yield instance
 
 

@@ -24,6 +24,7 @@ from pipelines.lib.dbt import (
 )
 from sim.replay import land_days
 from tests.pipelines.conftest import source_rows, source_table
+from tests.pipelines.killing import instance_at
 
 REPO = Path(__file__).resolve().parents[2]
 FEATURES = "select * from fct_flight_features where flight_date = '{day}' order by flight_id"
@@ -118,14 +119,14 @@ def test_features_of_a_day_do_not_change_when_later_days_arrive(flywheel):
     assert flywheel.sql(day_d) == before
 
 
-def test_two_partitions_materialized_at_once_both_complete(flywheel, monkeypatch):
+def test_two_partitions_materialized_at_once_both_complete(flywheel):
     land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
     flywheel.run("reference_warehouse_job")
     dagster_home = flywheel.home / "dagster"
     dagster_home.mkdir(parents=True)
     (dagster_home / "dagster.yaml").write_text((REPO / "deploy" / "dagster.yaml").read_text())
-    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))  # the deployed instance is its own
-    dg.DagsterInstance.from_config(str(dagster_home)).dispose()  # storage made once, as by setup
+    with instance_at(str(dagster_home)):
+        pass  # storage made once, as by setup
     env = os.environ | {"DAGSTER_HOME": str(dagster_home)}
     # The daily assets only: downstream of them are labeling, datasets and training.
     select = 'key:"raw_flights" or key:"raw_weather" or tag:"daily"'
