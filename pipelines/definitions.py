@@ -70,7 +70,7 @@ def build_definitions(
         "label_export_job",
         selection=dg.AssetSelection.assets(label_tasks),
         partitions_def=daily_partitions(task),
-        description="Choose a landing day's flights to label and export them to the outbox.",
+        description="Choose a landing day's examples to label and publish them to annotators.",
     )
     label_import_job = dg.define_asset_job(
         "label_import_job",
@@ -79,7 +79,7 @@ def build_definitions(
         description="Import the labels delivered on a day; measure the champion's performance.",
     )
     export_sensor, inbox_sensor = build_labeling_triggers(
-        label_export_job, label_import_job, feature_drift.key, interval_s
+        label_export_job, label_import_job, feature_drift.key, label_tasks.key, interval_s
     )
     training = build_training_assets(task.name, spec.features)
     evaluation = build_evaluation_assets(task, spec, promotion_policy)

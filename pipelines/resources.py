@@ -16,6 +16,7 @@ from dagster_aws.s3 import S3Resource
 
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.errors import ConfigurationError
+from pipelines.lib.label_exchange import FileLabelExchange, LabelExchange, LabelStudioExchange
 from pipelines.lib.landing_zone import LandingZone, LocalLandingZone, S3LandingZone
 from pipelines.lib.warehouse import DuckDBWarehouse, PostgresWarehouse, Warehouse
 
@@ -101,6 +102,41 @@ def label_store(env: str | None = None) -> LandingZone:
     return _file_store(env, "labeling")
 
 
+LABELING_BACKENDS = ("files", "label-studio")
+
+
+def labeling_backend() -> str:
+    """The labeling backend named by FLYWHEEL_LABELING (default `files`)."""
+    backend = os.environ.get("FLYWHEEL_LABELING", "files")
+    if backend not in LABELING_BACKENDS:
+        raise ConfigurationError(
+            f"FLYWHEEL_LABELING={backend!r}: expected one of {', '.join(LABELING_BACKENDS)}"
+        )
+    return backend
+
+
+def label_exchange(env: str | None = None, task: str = "flights") -> LabelExchange:
+    """Where labeling tasks go and annotations come from (FLYWHEEL_LABELING): the label store's
+    outbox and inbox files (`files`, the default), or a Label Studio server (`label-studio`:
+    FLYWHEEL_LABEL_STUDIO_URL, _TOKEN, and _PROJECT, default `flywheel-<task>`), whose
+    deliveries land in the label store's inbox."""
+    store = label_store(env)
+    if labeling_backend() == "files":
+        return FileLabelExchange(store=store)
+    needed = ("FLYWHEEL_LABEL_STUDIO_URL", "FLYWHEEL_LABEL_STUDIO_TOKEN")
+    if missing := [name for name in needed if not os.environ.get(name)]:
+        raise ConfigurationError(
+            f"FLYWHEEL_LABELING=label-studio needs environment variable {' and '.join(missing)} "
+            "(`flywheel-sim label-studio start` prints both for a local server)"
+        )
+    return LabelStudioExchange(
+        url=os.environ["FLYWHEEL_LABEL_STUDIO_URL"],
+        token=os.environ["FLYWHEEL_LABEL_STUDIO_TOKEN"],
+        project_title=os.environ.get("FLYWHEEL_LABEL_STUDIO_PROJECT", f"flywheel-{task}"),
+        store=store,
+    )
+
+
 def dataset_store(env: str | None = None) -> DvcDatasetStore:
     """The DVC repository of datasets (`data/`) and its remote: a local folder or S3 in prod."""
     repo = os.environ.get("FLYWHEEL_DVC_REPO", str(REPO_ROOT / "data"))
@@ -129,6 +165,7 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
     return {
         "landing_zone": landing_zone(env),
         "label_store": label_store(env),
+        "label_exchange": label_exchange(env),
         "dataset_store": dataset_store(env),
         "tracker": tracker_resource(env, flywheel_home()),
         "tuning_storage": tuning_storage(env, flywheel_home()),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import traceback
 from collections.abc import Sequence
 from datetime import date, timedelta
@@ -19,6 +20,8 @@ from sim.console import log_path, output_to_log, say
 from sim.daemon import DaemonDriveError
 from sim.drift import PlantedDrift, parse_drift
 from sim.executor import RunFailedError
+from sim.label_studio_server import VERSION as LABEL_STUDIO_VERSION
+from sim.label_studio_server import LabelStudioServerError, LocalLabelStudio
 from sim.labeling import LabelingService
 from sim.main_job import RunOptions, UsageError, days_to_play, run
 from sim.replay import day_bounds, land_days
@@ -105,6 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=1800,
         help="with --daemon: seconds to wait for the pipeline to be idle before failing",
     )
+    run.add_argument(
+        "--labeling",
+        choices=("files", "label-studio"),
+        help="where labeling tasks go: the outbox/inbox files (default), or Label Studio, "
+        "FLYWHEEL_LABEL_STUDIO_URL's or else the local one (flywheel-sim label-studio start)",
+    )
+    studio = commands.add_parser(
+        "label-studio",
+        help="a local Label Studio under $FLYWHEEL_HOME/label-studio: install, start, stop, env",
+    )
+    studio.add_argument("action", choices=("install", "start", "stop", "env"))
+    studio.add_argument("--port", type=_positive_int, default=8080, help="default: 8080")
     commands.add_parser(
         "annotators",
         help="the simulated annotators as a service: answer the days the main job asks for",
@@ -199,6 +214,51 @@ def run_logged(days: int, start: date | None, options: RunOptions) -> int:
             say(f"logs: {log}")
 
 
+def label_studio(action: str, port: int) -> int:
+    """`flywheel-sim label-studio install|start|stop|env`."""
+    server = LocalLabelStudio(flywheel_home() / "label-studio", port)
+    try:
+        if action == "install":
+            say(f"installing label-studio {LABEL_STUDIO_VERSION} into {server.venv}")
+            server.install()
+            say(f"installed: {server.executable}")
+        elif action == "stop":
+            say("stopped" if server.stop() else "Label Studio was not running")
+        else:
+            if action == "start":
+                say(f"starting Label Studio on {server.url} (log: {server.log})")
+            creds = server.start() if action == "start" else server.credentials()
+            say(
+                f"Label Studio: {creds.url} (admin {creds.username}, password in "
+                f"{server.credentials_file})"
+            )
+            for name, value in creds.environment().items():
+                print(f"export {name}={value}")
+    except LabelStudioServerError as e:
+        say(f"error: {e}", error=True)
+        return 1
+    return 0
+
+
+def use_label_studio(daemon: bool) -> None:
+    """Point the pipeline at Label Studio: FLYWHEEL_LABEL_STUDIO_URL's, else the local one,
+    started if it is not running."""
+    os.environ["FLYWHEEL_LABELING"] = "label-studio"
+    if os.environ.get("FLYWHEEL_LABEL_STUDIO_URL"):
+        return
+    if daemon:
+        raise UsageError(
+            "--labeling label-studio with --daemon needs the stack started with "
+            "FLYWHEEL_LABELING=label-studio and FLYWHEEL_LABEL_STUDIO_URL/_TOKEN set"
+        )
+    server = LocalLabelStudio(flywheel_home() / "label-studio")
+    say(f"starting the local Label Studio on {server.url} (log: {server.log})")
+    try:
+        os.environ.update(server.start().environment())
+    except LabelStudioServerError as e:
+        raise UsageError(str(e)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; argparse exits with status 2 on a bad command line."""
     parser = build_parser()
@@ -206,7 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "advance":
             return advance(args.days, args.start, args.env)
+        if args.command == "label-studio":
+            return label_studio(args.action, args.port)
         if args.command == "run":
+            if args.labeling == "label-studio":
+                use_label_studio(args.daemon)
+            elif args.labeling == "files":
+                os.environ["FLYWHEEL_LABELING"] = "files"
             budget = retraining_budget(args)
             options = RunOptions(
                 bootstrap_days=args.bootstrap_days,

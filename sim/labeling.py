@@ -12,14 +12,8 @@ deployment would use it:
   syncs annotations to the inbox prefix, or `label-studio-sdk`'s export API writes them there (an
   optional extra, not a dependency).
 
-The Label Studio project uses this labeling config:
-
-    <View>
-      <Text name="flight" value="$flight_id"/>
-      <Choices name="is_late" toName="flight">
-        <Choice value="late"/><Choice value="on_time"/>
-      </Choices>
-    </View>
+The Label Studio project's labeling config is generated from the task's YAML
+(`LabelingSpec.labeling_config`); an answer picks one of its choices.
 
 Answers come from the outcomes the replay holds back: `late` if the flight arrived 15+ minutes
 late, and also if it has no arrival delay at all (cancelled or diverted: it did not arrive on
@@ -30,6 +24,11 @@ Delivery rule (stateless, idempotent): a task is due once its flight's scheduled
 inbox file of *another* day already holds, in that day's file. Re-delivering a day writes the
 same bytes, and a task answered on one day is never answered on another; a task in several
 batches is answered once per day, in the first batch by key.
+
+`LabelStudioAnnotators` are the same annotators in front of a real Label Studio: each day they
+read their queue (the project's tasks nobody has answered) through its API and submit an
+annotation for every task due, as a person does with the UI's Submit button. The same task gets
+the same answer from both.
 """
 
 from __future__ import annotations
@@ -43,7 +42,9 @@ from typing import Any
 
 import pandas as pd
 
-from pipelines.labeling import FROM_NAME, LABEL_CHOICES, TO_NAME, render_json
+from pipelines.contracts import load_task
+from pipelines.labeling import LabelingSpec, load_labeling_spec, render_json
+from pipelines.lib.label_studio_api import LabelStudioClient
 from pipelines.lib.landing_zone import LandingZone
 from sim import nycflights
 
@@ -69,12 +70,10 @@ class LabelingService:
     latency_days: int = 1
     noise: float = 0.0
     seed: int = 0
+    spec: LabelingSpec = field(default_factory=lambda: flights_labeling())
 
     def __post_init__(self) -> None:
-        if self.latency_days < 0:
-            raise ValueError(f"latency_days must be >= 0, got {self.latency_days}")
-        if not 0 <= self.noise <= 1:
-            raise ValueError(f"noise must be within [0, 1], got {self.noise}")
+        _check_annotators(self.latency_days, self.noise)
 
     def deliver(self, today: date) -> DeliveryReport:
         """Write today's answers to `inbox/<today>/<batch_id>.json`, one file per batch."""
@@ -122,23 +121,18 @@ class LabelingService:
         }
 
     def _due(self, task: dict[str, Any]) -> date:
-        # The flight id starts with its scheduled local date.
-        return date.fromisoformat(task["data"]["flight_id"][:10]) + timedelta(self.latency_days)
+        return due_day(task["data"][self.spec.example_id], self.latency_days)
 
     def _answer(self, task: dict[str, Any], today: date) -> dict[str, Any]:
         """A Label Studio export item: the task with one annotation of its flight's outcome."""
-        task_id, flight_id = task["data"]["task_id"], task["data"]["flight_id"]
-        late = is_late(flight_id)
-        if _unit(f"noise:{self.seed}:{task_id}") < self.noise:
-            late = not late
+        task_id, flight_id = task["data"]["task_id"], task["data"][self.spec.example_id]
+        choice = answer(self.spec, task_id, flight_id, self.noise, self.seed)
         at = (
             pd.Timestamp(today) + pd.Timedelta(hours=9, seconds=_digest(task_id) % WORKDAY_SECONDS)
         ).strftime("%Y-%m-%dT%H:%M:%SZ")
-        result = {"from_name": FROM_NAME, "to_name": TO_NAME, "type": "choices"}
-        result["value"] = {"choices": [LABEL_CHOICES[0] if late else LABEL_CHOICES[1]]}
         annotation = {
             "id": _digest(f"annotation:{task_id}"),
-            "result": [result],
+            "result": self.spec.result(choice),
             "was_cancelled": False,
             "created_at": at,
             "updated_at": at,
@@ -150,6 +144,71 @@ class LabelingService:
             "meta": task.get("meta", {}),
             "annotations": [annotation],
         }
+
+
+@dataclass
+class LabelStudioAnnotators:
+    """The annotators in front of a Label Studio server: they answer, through its API, every
+    unanswered task of the project due by the delivery day."""
+
+    client: LabelStudioClient
+    project_title: str
+    latency_days: int = 1
+    noise: float = 0.0
+    seed: int = 0
+    spec: LabelingSpec = field(default_factory=lambda: flights_labeling())
+
+    def __post_init__(self) -> None:
+        _check_annotators(self.latency_days, self.noise)
+
+    def deliver(self, today: date) -> DeliveryReport:
+        """Submit an annotation for every task in the queue that is due by `today`."""
+        report = DeliveryReport()
+        project = self.client.project_id(self.project_title)
+        if project is None:  # nothing was ever exported
+            return report
+        unanswered = [
+            {"filter": f"filter:tasks:{name}", "operator": "equal", "type": "Number", "value": 0}
+            for name in ("total_annotations", "cancelled_annotations")
+        ]
+        for task in sorted(self.client.tasks(project, unanswered), key=lambda t: t["id"]):
+            data = task["data"]
+            if due_day(data[self.spec.example_id], self.latency_days) > today:
+                report.tasks_waiting += 1
+                continue
+            choice = answer(
+                self.spec, data["task_id"], data[self.spec.example_id], self.noise, self.seed
+            )
+            # A person takes a few seconds to a minute per task.
+            lead_time = 5 + _digest(f"lead:{data['task_id']}") % 55
+            self.client.annotate(int(task["id"]), self.spec.result(choice), float(lead_time))
+            report.tasks_answered += 1
+        return report
+
+
+def flights_labeling() -> LabelingSpec:
+    return load_labeling_spec(load_task("flights"))
+
+
+def _check_annotators(latency_days: int, noise: float) -> None:
+    if latency_days < 0:
+        raise ValueError(f"latency_days must be >= 0, got {latency_days}")
+    if not 0 <= noise <= 1:
+        raise ValueError(f"noise must be within [0, 1], got {noise}")
+
+
+def due_day(flight_id: str, latency_days: int) -> date:
+    """When a flight's label can be given: its scheduled date (the id's start) plus the latency."""
+    return date.fromisoformat(flight_id[:10]) + timedelta(latency_days)
+
+
+def answer(spec: LabelingSpec, task_id: str, flight_id: str, noise: float, seed: int) -> str:
+    """An annotator's choice for a task: the flight's outcome, flipped with probability `noise`
+    (seeded per task)."""
+    late = is_late(flight_id)
+    if _unit(f"noise:{seed}:{task_id}") < noise:
+        late = not late
+    return spec.choice_of(late)
 
 
 def is_late(flight_id: str) -> bool:

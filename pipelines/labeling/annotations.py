@@ -18,13 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from pipelines.labeling.label_studio import (
-    ACCEPTED_COLUMNS,
-    FROM_NAME,
-    LABEL_CHOICES,
-    REJECTED_COLUMNS,
-    TO_NAME,
-)
+from pipelines.labeling.label_studio import REJECTED_COLUMNS, accepted_columns
+from pipelines.labeling.spec import LabelingSpec
 
 MAX_NESTING = 100
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -38,18 +33,25 @@ def _quote(value: Any) -> str:
 
 
 def parse_label_studio_export(
-    key: str, data: bytes, awaiting: Mapping[str, str], already_labelled: Mapping[str, str]
+    key: str,
+    data: bytes,
+    awaiting: Mapping[str, str],
+    already_labelled: Mapping[str, str],
+    spec: LabelingSpec,
+    known_at: pd.Timestamp | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The accepted labels and the rejected items or annotations of one Label Studio export.
 
-    `awaiting` maps the task_id of every exported, still unlabelled task to its flight_id;
-    `already_labelled` maps a labelled task_id to where its label came from. Never raises on bad
-    content: a file that is not a JSON list becomes one rejected row with `item` null.
+    `awaiting` maps the task_id of every exported, still unlabelled task to its example id;
+    `already_labelled` maps a labelled task_id to where its label came from. A label is known
+    from its annotation's `updated_at`, or from `known_at` when the delivery sets it (the moment
+    the pipeline received it). Never raises on bad content: a file that is not a JSON list
+    becomes one rejected row with `item` null.
     """
     items, problem = _load_items(data)
     if problem is not None:
         record = data[:2000].decode("utf-8", errors="replace")
-        return _frames([], [_rejection(key, None, None, problem, record)])
+        return _frames([], [_rejection(key, None, None, problem, record)], spec)
     accepted: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
     labelled_here: dict[str, str] = {}
@@ -59,27 +61,27 @@ def parse_label_studio_export(
             problem = f"item nested deeper than {MAX_NESTING} levels"
             rejected.append(_rejection(key, index, None, problem, None))
             continue
-        task_id, problem = _check_item(item, awaiting, already_labelled, labelled_here)
+        task_id, problem = _check_item(item, awaiting, already_labelled, labelled_here, spec)
         if problem is not None:
             rejected.append(_rejection(key, index, task_id, problem, _dumps(item)))
             continue
-        winner, losers = _resolve_annotations(item["annotations"])
+        winner, losers = _resolve_annotations(item["annotations"], spec)
         for annotation, reason in losers:
             rejected.append(_rejection(key, index, task_id, reason, _dumps(annotation)))
         if winner is not None:
-            label, known_at, annotation_id = winner
+            label, annotated_at, annotation_id = winner
             labelled_here[task_id] = f"annotation {annotation_id} in item {index} of {key}"
             accepted.append(
                 {
                     "task_id": task_id,
-                    "flight_id": awaiting[task_id],
-                    "is_late": label == LABEL_CHOICES[0],
-                    "known_at": known_at,
+                    spec.example_id: awaiting[task_id],
+                    spec.label: spec.value_of(label),
+                    "known_at": annotated_at if known_at is None else known_at,
                     "annotation_id": annotation_id,
                     "source_file": key,
                 }
             )
-    return _frames(accepted, rejected)
+    return _frames(accepted, rejected, spec)
 
 
 def _load_items(data: bytes) -> tuple[list[Any], str | None]:
@@ -119,6 +121,7 @@ def _check_item(
     awaiting: Mapping[str, str],
     already_labelled: Mapping[str, str],
     labelled_here: Mapping[str, str],
+    spec: LabelingSpec,
 ) -> tuple[str | None, str | None]:
     """The item's task_id and what makes the whole item unusable (None if nothing)."""
     data = item.get("data") if isinstance(item, dict) else None
@@ -130,9 +133,10 @@ def _check_item(
         return task_id, f"task already labelled ({where})"
     if task_id not in awaiting:
         return task_id, f"unknown task {_quote(task_id)}"
-    if data.get("flight_id") != awaiting[task_id]:
-        flight = _quote(data.get("flight_id"))
-        return task_id, f"flight_id {flight} is not the task's flight {awaiting[task_id]!r}"
+    if data.get(spec.example_id) != awaiting[task_id]:
+        given, expected = _quote(data.get(spec.example_id)), awaiting[task_id]
+        name = spec.example_id
+        return task_id, f"{name} {given} is not the task's {name} {expected!r}"
     if not isinstance(item.get("annotations"), list) or not item["annotations"]:
         return task_id, "no annotations"
     return task_id, None
@@ -142,13 +146,13 @@ Valid = tuple[str, pd.Timestamp, int]  # label, known_at (naive UTC), annotation
 
 
 def _resolve_annotations(
-    annotations: list[Any],
+    annotations: list[Any], spec: LabelingSpec
 ) -> tuple[Valid | None, list[tuple[Any, str]]]:
     """The winning valid annotation of one task, and every other annotation with its reason."""
     valid: list[tuple[Valid, Any]] = []
     losers: list[tuple[Any, str]] = []
     for annotation in annotations:
-        parsed = _check_annotation(annotation)
+        parsed = _check_annotation(annotation, spec)
         if isinstance(parsed, str):
             losers.append((annotation, parsed))
         else:
@@ -162,7 +166,7 @@ def _resolve_annotations(
     return winner, losers
 
 
-def _check_annotation(annotation: Any) -> Valid | str:
+def _check_annotation(annotation: Any, spec: LabelingSpec) -> Valid | str:
     """The label, known_at and id of a valid annotation, or why it is not valid."""
     if not isinstance(annotation, dict):
         return "annotation is not a JSON object"
@@ -182,13 +186,16 @@ def _check_annotation(annotation: Any) -> Valid | str:
     choices = [
         r["value"].get("choices") if isinstance(r.get("value"), dict) else None
         for r in result
-        if isinstance(r, dict) and r.get("from_name") == FROM_NAME and r.get("to_name") == TO_NAME
+        if isinstance(r, dict)
+        and r.get("from_name") == spec.from_name
+        and r.get("to_name") == spec.to_name
     ]
+    allowed = tuple(spec.choices)
     if len(choices) != 1 or not isinstance(choices[0], list) or len(choices[0]) != 1:
-        return f"label {_quote(choices)} not in {LABEL_CHOICES}"
+        return f"label {_quote(choices)} not in {allowed}"
     label = choices[0][0]
-    if label not in LABEL_CHOICES:
-        return f"label {_quote(label)} not in {LABEL_CHOICES}"
+    if not isinstance(label, str) or label not in spec.choices:
+        return f"label {_quote(label)} not in {allowed}"
     known_at = _utc(annotation.get("updated_at"))
     if isinstance(known_at, str):
         return f"updated_at {_quote(annotation.get('updated_at'))} {known_at}"
@@ -236,9 +243,13 @@ def _dumps(value: Any) -> str:
     return text
 
 
-def _frames(accepted: list[dict], rejected: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    good = pd.DataFrame(accepted, columns=list(ACCEPTED_COLUMNS)).astype(
-        {"is_late": bool, "annotation_id": "int64", "known_at": "datetime64[us]"}
+def _frames(
+    accepted: list[dict], rejected: list[dict], spec: LabelingSpec
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    good = pd.DataFrame(accepted, columns=list(accepted_columns(spec))).astype(
+        {"annotation_id": "int64", "known_at": "datetime64[us]"}
     )
+    if all(isinstance(v, bool) for v in spec.choices.values()):
+        good = good.astype({spec.label: bool})
     bad = pd.DataFrame(rejected, columns=list(REJECTED_COLUMNS)).astype({"item": "Int64"})
     return good, bad

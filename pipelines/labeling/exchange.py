@@ -2,7 +2,8 @@
 
 Both directions replace one partition in one transaction: a day's exported tasks (by landing day)
 or a day's delivered labels (by delivery day), with the rejected items in `raw.quarantine`.
-No Dagster here; the labeling assets call these functions.
+Where the tasks go and the annotations come from is the label exchange's business (files or a
+Label Studio server); the labeling assets call these functions.
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ import pandas as pd
 from pipelines.contracts import TaskSpec
 from pipelines.ingestion import RAW_SCHEMA
 from pipelines.labeling import (
-    batch_manifest,
+    LabelingSpec,
     label_studio_tasks,
     parse_label_studio_export,
-    render_json,
     select_for_labeling,
 )
-from pipelines.lib.landing_zone import LandingZone
+from pipelines.lib.label_exchange import LabelExchange
 from pipelines.lib.warehouse import WarehouseConnection, replace_rows
 from pipelines.model_spec import ModelSpec
 
@@ -34,7 +34,7 @@ class ExportReport:
     """A day's exported batch: where it went and why each task was chosen."""
 
     batch_id: str
-    key: str
+    where: str
     candidates: int
     scored: int
     flagged_segments: int
@@ -58,26 +58,26 @@ def _now() -> datetime:
 def export_candidates(
     con: WarehouseConnection, task: TaskSpec, spec: ModelSpec, day: str
 ) -> pd.DataFrame:
-    """Features of the day's flights never exported on another day, with the champion's score
+    """Features of the day's examples never exported on another day, with the champion's score
     (the predictions table is absent until a model exists)."""
     tasks = f"{RAW_SCHEMA}.{task.label_tasks_table}"
-    predictions = spec.predictions_table
+    predictions, key = spec.predictions_table, spec.example_id
     scores = (
-        f"left join {predictions} p on p.flight_id = f.flight_id"
+        f"left join {predictions} p on p.{key} = f.{key}"
         if con.has_relation(predictions)
-        else "left join (select cast(null as varchar) as flight_id, "
+        else f"left join (select cast(null as varchar) as {key}, "
         "cast(null as double precision) as probability, cast(null as integer) as model_version) "
         "p on false"
     )
     candidates = con.execute(
         f"select f.*, p.probability as score, p.model_version from {spec.features_table} f "
-        f"{scores} where f.{spec.time_column} = ? and f.flight_id not in "
-        f"(select flight_id from {tasks} where _landing_date <> ?)",
+        f"{scores} where f.{spec.time_column} = ? and f.{key} not in "
+        f"(select {key} from {tasks} where _landing_date <> ?)",
         [day, day],
     ).df()
     # Ordered here, not by the warehouse's collation: the same day draws the same sample on
     # every backend.
-    return candidates.sort_values("flight_id", ignore_index=True)
+    return candidates.sort_values(key, ignore_index=True)
 
 
 def flagged_segments(con: WarehouseConnection, day: str) -> pd.DataFrame | None:
@@ -92,35 +92,41 @@ def flagged_segments(con: WarehouseConnection, day: str) -> pd.DataFrame | None:
 
 def export_day(
     con: WarehouseConnection,
-    store: LandingZone,
+    exchange: LabelExchange,
     task: TaskSpec,
     spec: ModelSpec,
+    labeling: LabelingSpec,
     day: str,
     budget: int,
     audit_share: float,
 ) -> ExportReport:
-    """Choose the day's flights to label, write the batch to the outbox, record its tasks."""
+    """Choose the day's examples to label, publish the batch, record its tasks."""
     candidates = export_candidates(con, task, spec, day)
     flagged = flagged_segments(con, day)
     seed = int(hashlib.sha256(f"{task.name}/{day}".encode()).hexdigest()[:8], 16)
     chosen = select_for_labeling(
-        candidates.drop(columns="model_version"), budget, audit_share, seed, flagged
+        candidates.drop(columns="model_version"),
+        budget,
+        audit_share,
+        seed,
+        flagged,
+        example_id=labeling.example_id,
+        segments=labeling.segments,
     )
     versions = candidates.model_version.dropna().unique()
     model_version = str(versions[0]) if len(versions) else None
     batch_id = f"{task.name}-{day}"
-    tasks = label_studio_tasks(chosen, batch_id, model_version)
+    tasks = label_studio_tasks(chosen, batch_id, model_version, labeling)
+    # Published first: a crash before the warehouse records the batch leaves tasks that the
+    # next attempt finds again, never recorded tasks that the annotators cannot see.
+    external = exchange.publish(batch_id, tasks, labeling)
     now = _now()
-    key = f"outbox/{batch_id}.json"
-    store.write_bytes(key, render_json(tasks))
-    store.write_bytes(
-        f"outbox/{batch_id}.manifest.json",
-        render_json(batch_manifest(batch_id, tasks, now.isoformat() + "Z")),
-    )
+    task_ids = [t["data"]["task_id"] for t in tasks]
     rows = pd.DataFrame(
         {
-            "task_id": [t["data"]["task_id"] for t in tasks],
-            "flight_id": chosen.flight_id.to_numpy(),
+            "task_id": task_ids,
+            "external_id": pd.array([external.get(t) for t in task_ids], dtype="string"),
+            labeling.example_id: chosen[labeling.example_id].to_numpy(),
             "batch_id": batch_id,
             "reason": chosen.reason.to_numpy(),
             "score": chosen.score.to_numpy(dtype="float64"),
@@ -132,7 +138,7 @@ def export_day(
     replace_rows(con, f"{RAW_SCHEMA}.{task.label_tasks_table}", "_landing_date", day, rows)
     return ExportReport(
         batch_id=batch_id,
-        key=key,
+        where=exchange.where,
         candidates=len(candidates),
         scored=int(candidates.score.notna().sum()),
         flagged_segments=0 if flagged is None else len(flagged),
@@ -141,9 +147,13 @@ def export_day(
 
 
 def import_day(
-    con: WarehouseConnection, store: LandingZone, task: TaskSpec, day: str
+    con: WarehouseConnection,
+    exchange: LabelExchange,
+    task: TaskSpec,
+    labeling: LabelingSpec,
+    day: str,
 ) -> ImportReport:
-    """Validate every file delivered on `day` and replace that day's labels and quarantine."""
+    """Validate every document delivered on `day` and replace that day's labels and quarantine."""
     labels = f"{RAW_SCHEMA}.{task.labels_table}"
     tasks = f"{RAW_SCHEMA}.{task.label_tasks_table}"
     elsewhere = con.execute(
@@ -152,19 +162,28 @@ def import_day(
         [day],
     ).df()
     already: dict[str, str] = dict(zip(elsewhere.task_id, elsewhere.origin, strict=True))
-    exported = con.execute(f"select task_id, flight_id from {tasks}").df()
+    exported = con.execute(
+        f"select task_id, {labeling.example_id} as example_id, _landing_date from {tasks}"
+    ).df()
     awaiting = {
-        t: f for t, f in zip(exported.task_id, exported.flight_id, strict=True) if t not in already
+        t: e for t, e in zip(exported.task_id, exported.example_id, strict=True) if t not in already
     }
-    files = sorted(f.key for f in store.list_files(f"inbox/{day}/") if f.key.endswith(".json"))
+    # Only the newest delivery day may still receive deliveries; an older day's are final.
+    newest = exported._landing_date.max() if len(exported) else None
+    today = newest is None or pd.isna(newest) or pd.Timestamp(day) >= pd.Timestamp(newest)
+    deliveries = exchange.deliveries(day, today=today)
     accepted, rejected = [], []
-    for key in files:
-        good, bad = parse_label_studio_export(key, store.read_bytes(key), awaiting, already)
+    for delivery in deliveries:
+        key = delivery.key
+        good, bad = parse_label_studio_export(
+            key, delivery.data, awaiting, already, labeling, delivery.known_at
+        )
         accepted.append(good)
         rejected.append(bad)
         for task_id, annotation_id in zip(good.task_id, good.annotation_id, strict=True):
             already[task_id] = f"annotation {annotation_id} in {key}"
             awaiting.pop(task_id, None)
+    files = [d.key for d in deliveries]
     now = _now()
     good = pd.concat(accepted, ignore_index=True) if accepted else pd.DataFrame()
     bad = pd.concat(rejected, ignore_index=True) if rejected else pd.DataFrame()

@@ -1,56 +1,61 @@
-"""Label Studio batches going out: one task per flight, the model's prediction pre-annotated."""
+"""Label Studio batches going out: one task per example, the model's prediction pre-annotated."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-LABEL_CHOICES = ("late", "on_time")
-FROM_NAME = "is_late"
-TO_NAME = "flight"
-SEGMENT_TYPES = ("route", "carrier", "origin_hour")
-ACCEPTED_COLUMNS = ("task_id", "flight_id", "is_late", "known_at", "annotation_id", "source_file")
+from pipelines.labeling.spec import LabelingSpec
+
 REJECTED_COLUMNS = ("source_file", "item", "task_id", "reason", "record")
 # Columns of a selection that travel in a task's meta or prediction, not in its data.
-_NOT_DATA = {"flight_id", "score", "reason", "priority"}
+_NOT_DATA = {"score", "reason", "priority"}
+
+
+def accepted_columns(spec: LabelingSpec) -> tuple[str, ...]:
+    """The columns of accepted labels, before the import adds its own."""
+    return ("task_id", spec.example_id, spec.label, "known_at", "annotation_id", "source_file")
 
 
 def label_studio_tasks(
-    chosen: pd.DataFrame, batch_id: str, model_version: str | None
+    chosen: pd.DataFrame, batch_id: str, model_version: str | None, spec: LabelingSpec
 ) -> list[dict[str, Any]]:
     """Label Studio import tasks for selected rows, with the model's guess as a prediction."""
     tasks = []
+    key = spec.example_id
     for row in chosen.to_dict("records"):
-        data = {"task_id": f"T-{row['flight_id']}", "flight_id": row["flight_id"]}
+        data = {"task_id": spec.task_id(row[key]), key: row[key]}
         for name, value in row.items():
-            if name not in _NOT_DATA and (safe := _json_safe(value)) is not None:
+            if name not in _NOT_DATA and name != key and (safe := _json_safe(value)) is not None:
                 data[name] = safe
         meta = {"batch_id": batch_id, "reason": row["reason"]}
         if "priority" in row:
             meta["priority"] = int(row["priority"])
-        tasks.append({"data": data, "meta": meta, "predictions": _prediction(row, model_version)})
+        tasks.append(
+            {"data": data, "meta": meta, "predictions": _prediction(row, model_version, spec)}
+        )
     return tasks
 
 
-def _prediction(row: Mapping[str, Any], model_version: str | None) -> list[dict[str, Any]]:
+def _prediction(
+    row: dict[str, Any], model_version: str | None, spec: LabelingSpec
+) -> list[dict[str, Any]]:
     score = row.get("score")
     if score is None or pd.isna(score):
         return []
     if model_version is None:
-        raise ValueError(f"flight {row['flight_id']} has a score but no model_version was given")
-    late = float(score) >= 0.5
+        example = row[spec.example_id]
+        raise ValueError(f"example {example} has a score but no model_version was given")
     # Label Studio's prediction score is the confidence in the suggested choice.
-    result = {"from_name": FROM_NAME, "to_name": TO_NAME, "type": "choices"}
-    result["value"] = {"choices": [LABEL_CHOICES[0] if late else LABEL_CHOICES[1]]}
-    confidence = float(score) if late else 1.0 - float(score)
-    return [{"model_version": model_version, "score": confidence, "result": [result]}]
+    confidence = max(float(score), 1.0 - float(score))
+    result = spec.result(spec.choice_for_score(float(score)))
+    return [{"model_version": model_version, "score": confidence, "result": result}]
 
 
 def _json_safe(value: Any) -> Any:

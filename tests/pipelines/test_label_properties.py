@@ -22,14 +22,16 @@ from hypothesis import strategies as st
 
 from pipelines.contracts import load_task
 from pipelines.ingestion import RAW_SCHEMA, ensure_raw_tables
-from pipelines.labeling import FROM_NAME, LABEL_CHOICES, TO_NAME
+from pipelines.labeling import load_labeling_spec
 from pipelines.labeling.annotations import MAX_NESTING
 from pipelines.labeling.exchange import import_day
+from pipelines.lib.label_exchange import FileLabelExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
 from tests.pipelines.fuzzing import LONG, QUICK, mutate_bytes
 
 TASK = load_task()
+LABELING = load_labeling_spec(TASK)
 DELIVERY = "2013-01-03"
 FLIGHTS = [f"2013-01-01_UA{1000 + i}_EWR" for i in range(8)]
 FUZZED, GOOD = FLIGHTS[:5], FLIGHTS[5:]  # the tasks each file answers
@@ -44,7 +46,7 @@ LEAVES = st.one_of(
     st.floats(),
     st.text(max_size=10),
     SURROGATES,
-    st.sampled_from(["\x00", "late", "on_time", FROM_NAME, TO_NAME]),
+    st.sampled_from(["\x00", "late", "on_time", LABELING.from_name, LABELING.to_name]),
 )
 JSON = st.recursive(
     LEAVES,
@@ -69,7 +71,7 @@ def depth(value: Any) -> int:
 
 def annotation(ann_id: int, label: str, updated_at: str) -> dict:
     """A valid Label Studio annotation, as the labeling service exports it."""
-    result = {"from_name": FROM_NAME, "to_name": TO_NAME, "type": "choices"}
+    result = {"from_name": LABELING.from_name, "to_name": LABELING.to_name, "type": "choices"}
     return {
         "id": ann_id,
         "result": [{**result, "value": {"choices": [label]}}],
@@ -126,7 +128,7 @@ def not_(kinds: tuple[type, ...]) -> st.SearchStrategy:
 @st.composite
 def valid_annotation(draw: st.DrawFn, ann_id: int) -> tuple[dict, tuple[datetime, int, bool]]:
     """A valid annotation, with extra keys and results, and what it must be read as."""
-    label = draw(st.sampled_from(LABEL_CHOICES))
+    label = draw(st.sampled_from(tuple(LABELING.choices)))
     moment = draw(st.datetimes(datetime(2000, 1, 1), datetime(2030, 1, 1)))
     offset = draw(st.none() | st.integers(-14 * 60, 14 * 60))
     if offset is None:
@@ -142,10 +144,14 @@ def valid_annotation(draw: st.DrawFn, ann_id: int) -> tuple[dict, tuple[datetime
         del ann["was_cancelled"]
     else:
         ann["was_cancelled"] = cancelled
-    other = {"from_name": draw(st.text(max_size=5)), "to_name": TO_NAME, "value": draw(JSON)}
-    ann["result"] += [other] if other["from_name"] != FROM_NAME else []
+    other = {
+        "from_name": draw(st.text(max_size=5)),
+        "to_name": LABELING.to_name,
+        "value": draw(JSON),
+    }
+    ann["result"] += [other] if other["from_name"] != LABELING.from_name else []
     extra = draw(st.dictionaries(st.sampled_from(["lead_time", "created_at", "x"]), JSON))
-    return {**extra, **ann}, (known_at, ann_id, label == LABEL_CHOICES[0])
+    return {**extra, **ann}, (known_at, ann_id, LABELING.value_of(label))
 
 
 def broken_annotation(draw: st.DrawFn, ann: dict) -> Any:
@@ -165,7 +171,7 @@ def broken_annotation(draw: st.DrawFn, ann: dict) -> Any:
         case "result":
             ann["result"] = draw(not_((list,)))
         case "no-match":
-            ann["result"] = [r for r in ann["result"] if r.get("from_name") != FROM_NAME]
+            ann["result"] = [r for r in ann["result"] if r.get("from_name") != LABELING.from_name]
         case "two-matches":
             ann["result"] = [*ann["result"], ann["result"][0]]
         case "value":
@@ -173,12 +179,12 @@ def broken_annotation(draw: st.DrawFn, ann: dict) -> Any:
         case "choices":
             choices = draw(
                 not_((list,))
-                | st.lists(st.sampled_from(LABEL_CHOICES)).filter(lambda c: len(c) != 1)
+                | st.lists(st.sampled_from(tuple(LABELING.choices))).filter(lambda c: len(c) != 1)
             )
             ann["result"][0]["value"]["choices"] = choices
         case "label":
             ann["result"][0]["value"]["choices"] = [
-                draw(JSON.filter(lambda v: v not in LABEL_CHOICES))
+                draw(JSON.filter(lambda v: v not in tuple(LABELING.choices)))
             ]
         case "updated-type":
             ann["updated_at"] = draw(not_((str,)))
@@ -320,7 +326,7 @@ def check_import(inbox, data: bytes) -> tuple[set[tuple], list[tuple]]:
     The fuzzed file's labels and quarantine rows."""
     con, store = inbox
     store.write_bytes(FUZZED_KEY, data)
-    report = import_day(con, store, TASK, DELIVERY)
+    report = import_day(con, FileLabelExchange(store=store), TASK, LABELING, DELIVERY)
     assert report.files == [FUZZED_KEY, GOOD_KEY]
     labels, quarantine = tables(con)
     assert {r[:4] for r in labels if r[4] == GOOD_KEY} == GOOD_LABELS
@@ -328,7 +334,7 @@ def check_import(inbox, data: bytes) -> tuple[set[tuple], list[tuple]]:
     fuzzed = {r[:4] for r in labels if r[4] == FUZZED_KEY}
     assert {t for t, *_ in fuzzed} <= {task_id(f) for f in FUZZED}
     assert report.accepted == len(labels) and report.rejected == len(quarantine)
-    import_day(con, store, TASK, DELIVERY)
+    import_day(con, FileLabelExchange(store=store), TASK, LABELING, DELIVERY)
     assert tables(con) == (labels, quarantine)
     return fuzzed, quarantine
 

@@ -105,7 +105,7 @@ def test_inbox_sensor_requests_each_delivery_day_once(flywheel):
         with dg.build_sensor_context(
             cursor=cursor,
             instance=flywheel.instance,
-            resources={"label_store": store},
+            resources={"label_exchange": flywheel.defs.resources["label_exchange"]},
             definitions=flywheel.defs,
         ) as context:
             return sensor.evaluate_tick(context)

@@ -13,20 +13,30 @@ import pytest
 from pipelines.contracts import load_task
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.labeling import (
-    ACCEPTED_COLUMNS,
     REJECTED_COLUMNS,
+    accepted_columns,
     batch_manifest,
     label_studio_tasks,
+    load_labeling_spec,
     parse_label_studio_export,
     render_json,
     select_for_labeling,
 )
 from pipelines.labeling.annotations import MAX_NESTING
 from pipelines.labeling.exchange import import_day
+from pipelines.lib.label_exchange import FileLabelExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
 
 KEY = "inbox/2013-01-03/b1.json"
+LABELING = load_labeling_spec(load_task("flights"))
+
+
+def select(*args, **kwargs) -> pd.DataFrame:
+    """The flights task's selection: examples by flight_id, its composite segments."""
+    return select_for_labeling(
+        *args, **kwargs, example_id=LABELING.example_id, segments=LABELING.segments
+    )
 
 
 def candidates(n: int = 40, scored: bool = True) -> pd.DataFrame:
@@ -45,28 +55,28 @@ def candidates(n: int = 40, scored: bool = True) -> pd.DataFrame:
 
 
 def test_budget_and_audit_share_are_exact_and_nothing_is_chosen_twice():
-    chosen = select_for_labeling(candidates(), budget=10, audit_share=0.3, seed=1)
+    chosen = select(candidates(), budget=10, audit_share=0.3, seed=1)
     assert len(chosen) == 10
     assert (chosen["reason"] == "audit").sum() == 3
     assert chosen["flight_id"].is_unique
     assert chosen["priority"].tolist() == list(range(1, 11))
-    assert len(select_for_labeling(candidates(5), budget=10, audit_share=0.5, seed=1)) == 5
-    assert select_for_labeling(candidates(), budget=0, audit_share=0.5, seed=1).empty
+    assert len(select(candidates(5), budget=10, audit_share=0.5, seed=1)) == 5
+    assert select(candidates(), budget=0, audit_share=0.5, seed=1).empty
 
 
 def test_without_any_score_the_choice_is_uniformly_random_and_seeded():
     pool = candidates(scored=False)
-    chosen = select_for_labeling(pool, budget=8, audit_share=0.25, seed=3)
+    chosen = select(pool, budget=8, audit_share=0.25, seed=3)
     assert set(chosen["reason"]) == {"random"} and len(chosen) == 8
-    again = select_for_labeling(pool.sample(frac=1, random_state=0), 8, 0.25, seed=3)
+    again = select(pool.sample(frac=1, random_state=0), 8, 0.25, seed=3)
     pd.testing.assert_frame_equal(chosen, again)
-    other = select_for_labeling(pool, budget=8, audit_share=0.25, seed=4)
+    other = select(pool, budget=8, audit_share=0.25, seed=4)
     assert set(other["flight_id"]) != set(chosen["flight_id"])
 
 
 def test_uncertainty_picks_the_scores_closest_to_one_half_ties_by_flight_id():
     pool = candidates(6).assign(score=[0.9, 0.45, 0.55, 0.1, 0.5, 0.7])
-    chosen = select_for_labeling(pool, budget=4, audit_share=0.0, seed=0)
+    chosen = select(pool, budget=4, audit_share=0.0, seed=0)
     assert chosen["reason"].tolist() == ["uncertainty"] * 4
     # 0.5 first; 0.45 and 0.55 tie on |score - 0.5|, so the smaller flight_id (UA1001) goes first
     assert chosen["score"].tolist() == [0.5, 0.45, 0.55, 0.7]
@@ -78,9 +88,7 @@ def test_drift_segments_come_first_and_take_at_most_half_of_the_remaining_budget
         {"segment_type": ["route", "origin_hour"], "segment_value": ["EWR-ORD", "EWR-6"]}
     )
     in_segment = (pool["route"] == "EWR-ORD") | (pool["scheduled_hour"] == 6)
-    chosen = select_for_labeling(
-        pool, budget=12, audit_share=0.25, seed=2, flagged_segments=flagged
-    )
+    chosen = select(pool, budget=12, audit_share=0.25, seed=2, flagged_segments=flagged)
     drift = chosen[chosen["reason"] == "drift_segment"]
     assert len(drift) == (12 - 3) // 2
     assert set(drift["flight_id"]) <= set(pool.loc[in_segment, "flight_id"])
@@ -93,9 +101,9 @@ def test_drift_segments_come_first_and_take_at_most_half_of_the_remaining_budget
 
 def test_the_choice_is_deterministic_for_a_seed():
     pool = candidates()
-    first = select_for_labeling(pool, budget=10, audit_share=0.5, seed=11)
-    pd.testing.assert_frame_equal(first, select_for_labeling(pool, 10, 0.5, seed=11))
-    assert set(first["flight_id"]) != set(select_for_labeling(pool, 10, 0.5, seed=12)["flight_id"])
+    first = select(pool, budget=10, audit_share=0.5, seed=11)
+    pd.testing.assert_frame_equal(first, select(pool, 10, 0.5, seed=11))
+    assert set(first["flight_id"]) != set(select(pool, 10, 0.5, seed=12)["flight_id"])
 
 
 @pytest.mark.parametrize(
@@ -104,16 +112,16 @@ def test_the_choice_is_deterministic_for_a_seed():
 )
 def test_invalid_arguments_are_refused(budget, share, message):
     with pytest.raises(ValueError, match=message):
-        select_for_labeling(candidates(), budget=budget, audit_share=share, seed=0)
+        select(candidates(), budget=budget, audit_share=share, seed=0)
 
 
 def test_duplicate_candidates_and_unknown_segment_types_are_refused():
     pool = candidates(4)
     with pytest.raises(ValueError, match="each flight_id once"):
-        select_for_labeling(pd.concat([pool, pool]), budget=2, audit_share=0, seed=0)
+        select(pd.concat([pool, pool]), budget=2, audit_share=0, seed=0)
     flagged = pd.DataFrame({"segment_type": ["tail"], "segment_value": ["N1"]})
-    with pytest.raises(ValueError, match="unknown segment types"):
-        select_for_labeling(pool, budget=2, audit_share=0, seed=0, flagged_segments=flagged)
+    with pytest.raises(ValueError, match="unknown segment type 'tail'"):
+        select(pool, budget=2, audit_share=0, seed=0, flagged_segments=flagged)
 
 
 def test_tasks_carry_a_prediction_only_when_scored_and_the_manifest_hashes_the_bytes():
@@ -124,7 +132,7 @@ def test_tasks_carry_a_prediction_only_when_scored_and_the_manifest_hashes_the_b
         scheduled_departure_at=pd.Timestamp("2013-01-01 10:15"),
         distance=[np.int64(1400), np.nan],
     )
-    tasks = label_studio_tasks(chosen, "b1", "v3")
+    tasks = label_studio_tasks(chosen, "b1", "v3", LABELING)
     scored, unscored = tasks
     assert scored["data"]["task_id"] == "T-2013-01-01_UA1000_EWR"
     assert scored["data"]["scheduled_departure_at"] == "2013-01-01T10:15:00"
@@ -144,7 +152,7 @@ def test_tasks_carry_a_prediction_only_when_scored_and_the_manifest_hashes_the_b
 
 def annotation(ann_id: int, label: str = "late", updated_at: str = "2013-01-03T09:00:00Z", **extra):
     """A Label Studio annotation choosing `label`."""
-    result = {"from_name": "is_late", "to_name": "flight", "type": "choices"}
+    result = {"from_name": "is_late", "to_name": LABELING.to_name, "type": "choices"}
     return {
         "id": ann_id,
         "result": [{**result, "value": {"choices": [label]}}],
@@ -168,8 +176,8 @@ AWAITING = {f"T-{f}": f for f in (A, B, C)}
 
 def parse(items, already: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     data = render_json(items) if isinstance(items, list) else items
-    accepted, rejected = parse_label_studio_export(KEY, data, AWAITING, already or {})
-    assert list(accepted.columns) == list(ACCEPTED_COLUMNS)
+    accepted, rejected = parse_label_studio_export(KEY, data, AWAITING, already or {}, LABELING)
+    assert list(accepted.columns) == list(accepted_columns(LABELING))
     assert list(rejected.columns) == list(REJECTED_COLUMNS)
     return accepted, rejected
 
@@ -236,7 +244,7 @@ def test_unknown_tasks_wrong_flights_and_labels_outside_the_set_are_rejected():
     assert reasons[0] == "unknown task: the item has no data.task_id"
     assert reasons[1] == "unknown task 'T-2013-01-09_XX1_LGA'"
     assert reasons[2] == "label 'maybe' not in ('late', 'on_time')"
-    assert reasons[3].startswith(f"flight_id '{C}' is not the task's flight")
+    assert reasons[3].startswith(f"flight_id '{C}' is not the task's flight_id")
     assert reasons[4] == "updated_at 'yesterday' is not an ISO timestamp"
     assert rejected["item"].tolist() == [0, 1, 2, 3, 4]
     assert json.loads(rejected["record"][2]) == bad_result
@@ -296,7 +304,7 @@ def test_a_delivery_nested_too_deeply_is_one_rejected_row_and_its_neighbours_imp
     store.write_bytes(
         f"inbox/{day}/b.json", render_json([item(A, annotation(1)), item(B, annotation(2))])
     )
-    report = import_day(con, store, task, day)
+    report = import_day(con, FileLabelExchange(store=store), task, LABELING, day)
     assert (report.accepted, report.rejected) == (2, 1)
     (row,) = con.execute("select source_file, source_line, reason from raw.quarantine").fetchall()
     assert row == (

@@ -15,13 +15,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.labeling import label_studio_tasks, parse_label_studio_export, render_json
+from pipelines.contracts import load_task
+from pipelines.labeling import (
+    label_studio_tasks,
+    load_labeling_spec,
+    parse_label_studio_export,
+    render_json,
+)
 from pipelines.lib.landing_zone import LocalLandingZone
 from sim import nycflights
 from sim.labeling import LabelingService
 
 DAY1, DAY2, DAY3 = date(2013, 1, 1), date(2013, 1, 2), date(2013, 1, 3)
 SCHEDULE = ["carrier", "flight", "origin", "dest", "sched_dep_time", "sched_arr_time", "time_hour"]
+
+LABELING = load_labeling_spec(load_task("flights"))
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +74,7 @@ def tasks() -> list[dict]:
         reason="uncertainty",
         priority=np.arange(1, len(flights) + 1),
     )
-    return label_studio_tasks(chosen, "b1", "m1")
+    return label_studio_tasks(chosen, "b1", "m1", LABELING)
 
 
 @pytest.fixture
@@ -100,7 +108,9 @@ def test_every_delivered_annotation_passes_the_pipeline_parser(store, tasks):
     LabelingService(store, latency_days=1).deliver(DAY2)
     key = "inbox/2013-01-02/b1.json"
     awaiting = {t["data"]["task_id"]: t["data"]["flight_id"] for t in tasks}
-    accepted, rejected = parse_label_studio_export(key, store.read_bytes(key), awaiting, {})
+    accepted, rejected = parse_label_studio_export(
+        key, store.read_bytes(key), awaiting, {}, LABELING
+    )
     assert rejected.empty
     assert len(accepted) == len(delivered(store, key))
     assert accepted["known_at"].between("2013-01-02", "2013-01-02 23:59:59").all()

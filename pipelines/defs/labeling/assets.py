@@ -4,8 +4,9 @@ import dagster as dg
 
 from pipelines.contracts import TaskSpec
 from pipelines.ingestion import ensure_raw_tables
+from pipelines.labeling import load_labeling_spec
 from pipelines.labeling.exchange import export_day, import_day
-from pipelines.lib.landing_zone import LandingZone
+from pipelines.lib.label_exchange import LabelExchange
 from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.model_spec import ModelSpec
@@ -23,6 +24,7 @@ class LabelSelectionConfig(dg.Config):
 
 def build_labeling_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefinition]:
     """The label-task export (by landing day) and the label import (by delivery day)."""
+    labeling = load_labeling_spec(task)
 
     @dg.asset(
         name=task.label_tasks_table,
@@ -36,16 +38,17 @@ def build_labeling_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefi
         context: dg.AssetExecutionContext,
         config: LabelSelectionConfig,
         warehouse: Warehouse,
-        label_store: LandingZone,
+        label_exchange: LabelExchange,
     ) -> dg.MaterializeResult:
-        """Choose the day's flights to label and export them as a Label Studio batch."""
+        """Choose the day's examples to label and publish them as a Label Studio batch."""
         with warehouse.connect() as con:
             ensure_raw_tables(con, task)
             report = export_day(
                 con,
-                label_store,
+                label_exchange,
                 task,
                 spec,
+                labeling,
                 context.partition_key,
                 config.budget,
                 config.audit_share,
@@ -54,7 +57,7 @@ def build_labeling_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefi
             metadata={
                 "dagster/row_count": sum(report.reasons.values()),
                 "batch_id": report.batch_id,
-                "outbox_file": f"{label_store.uri}/{report.key}",
+                "published_to": report.where,
                 "candidates": report.candidates,
                 "scored_candidates": report.scored,
                 "drift_flagged_segments": report.flagged_segments,
@@ -73,12 +76,12 @@ def build_labeling_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefi
         kinds={"sql", "json"},
     )
     def flight_labels(
-        context: dg.AssetExecutionContext, warehouse: Warehouse, label_store: LandingZone
+        context: dg.AssetExecutionContext, warehouse: Warehouse, label_exchange: LabelExchange
     ) -> dg.MaterializeResult:
         """Import the day's delivered labels: validated, first answer wins, bad ones quarantined."""
         with warehouse.connect() as con:
             ensure_raw_tables(con, task)
-            report = import_day(con, label_store, task, context.partition_key)
+            report = import_day(con, label_exchange, task, labeling, context.partition_key)
         if report.rejected:
             context.log.warning(f"{report.rejected} label items quarantined: {report.reasons}")
         return dg.MaterializeResult(

@@ -1,4 +1,4 @@
-"""What sets the labeling loop going: a sensor on each day's monitoring, a sensor on the inbox.
+"""What sets the labeling loop going: a sensor on each day's monitoring, a sensor on deliveries.
 
 A day's label export is requested by the day's last daily asset (`feature_drift`, which the
 export's selection reads with the day's predictions), not by a wall-clock schedule: the export
@@ -11,26 +11,27 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from pipelines.defs.ingestion.sensors import changed_files
-from pipelines.lib.landing_zone import LandingZone
+from pipelines.lib.label_exchange import LabelExchange
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
     from dagster._core.definitions.unresolved_asset_job_definition import (
         UnresolvedAssetJobDefinition,
     )
 
-INBOX_KEY = re.compile(r"^inbox/(?P<day>\d{4}-\d{2}-\d{2})/[^/]+\.json$")
+DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def build_labeling_triggers(
     export_job: "UnresolvedAssetJobDefinition",
     import_job: "UnresolvedAssetJobDefinition",
     day_built: dg.AssetKey,
+    exported: dg.AssetKey,
     interval_s: int | None = None,
 ) -> tuple[dg.SensorDefinition, dg.SensorDefinition]:
     """`label_export_sensor` (each day, once `day_built` is materialized for it) and
-    `inbox_sensor` (each delivery day whose inbox files changed); evaluated every `interval_s`
-    seconds at least (default 30 and 60)."""
+    `inbox_sensor` (each delivery day the label exchange received something on: an inbox file
+    that changed, or new annotations in Label Studio, delivered on the newest day `exported`);
+    evaluated every `interval_s` seconds at least (default 30 and 60)."""
 
     @dg.sensor(
         name="label_export_sensor",
@@ -60,18 +61,25 @@ def build_labeling_triggers(
         name="inbox_sensor",
         job=import_job,
         minimum_interval_seconds=interval_s or 60,
-        description="Requests a label import for each delivery day whose inbox files changed.",
+        description="Requests a label import for each delivery day the label exchange received "
+        "annotations on.",
     )
-    def inbox_sensor(context: dg.SensorEvaluationContext, label_store: LandingZone):
-        changed, cursor = changed_files(label_store.list_files("inbox/"), context.cursor)
+    def inbox_sensor(context: dg.SensorEvaluationContext, label_exchange: LabelExchange):
+        changed, cursor = label_exchange.changes(context.cursor)
         days: dict[str, list[str]] = {}
-        for f in changed:
-            if m := INBOX_KEY.match(f.key):
-                days.setdefault(m["day"], []).append(f"{f.key}@{f.version}")
+        newest: str | None = None
+        for day, signature in changed:
+            if day is None:  # delivered now: on the newest day exported
+                if newest is None:
+                    partitions = context.instance.get_materialized_partitions(exported)
+                    newest = max(partitions, default="")
+                day = newest
+            if DAY.match(day):
+                days.setdefault(day, []).append(signature)
             else:
-                context.log.warning(f"inbox file {f.key!r} is not inbox/YYYY-MM-DD/*.json")
-        for day, versions in sorted(days.items()):
-            yield dg.RunRequest(run_key="|".join(sorted(versions)), partition_key=day)
+                context.log.warning(f"delivery {signature!r} names no YYYY-MM-DD day")
+        for day, signatures in sorted(days.items()):
+            yield dg.RunRequest(run_key="|".join(sorted(signatures)), partition_key=day)
         context.update_cursor(cursor)
 
     return label_export_sensor, inbox_sensor

@@ -1,0 +1,331 @@
+"""The labeling loop against a real Label Studio: export, annotate through the API, import.
+
+The module starts one Label Studio (installed once into a virtual environment shared by test
+runs, `~/.cache/flywheel/label-studio-<version>` or FLYWHEEL_TEST_LABEL_STUDIO_VENV) on a free
+port of 127.0.0.1; every test uses its own project. The transport tests at the end need no server.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from pipelines.contracts import load_task
+from pipelines.ingestion import ensure_raw_tables
+from pipelines.labeling import load_labeling_spec
+from pipelines.labeling.exchange import export_day, import_day
+from pipelines.lib.label_exchange import FileLabelExchange, LabelStudioExchange
+from pipelines.lib.label_studio_api import LabelStudioClient, LabelStudioError
+from pipelines.lib.landing_zone import LocalLandingZone
+from pipelines.lib.warehouse import DuckDBConnection
+from pipelines.model_spec import load_model_spec
+from sim import nycflights
+from sim.label_studio_server import VERSION, LocalLabelStudio
+from sim.labeling import LabelingService, LabelStudioAnnotators, is_late
+
+pytestmark = pytest.mark.xdist_group("label_studio")
+
+TASK = load_task("flights")
+SPEC = load_model_spec(TASK)
+LABELING = load_labeling_spec(TASK)
+DAY1, DAY2, DAY3 = "2013-01-01", "2013-01-02", "2013-01-03"
+BUDGET = 20
+MODEL_VERSION = "7"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[LocalLabelStudio]:
+    """A running Label Studio; its install and start-up times are printed (pytest -s)."""
+    default = Path.home() / ".cache" / "flywheel" / f"label-studio-{VERSION}"
+    venv = Path(os.environ.get("FLYWHEEL_TEST_LABEL_STUDIO_VENV", default))
+    studio = LocalLabelStudio(tmp_path_factory.mktemp("label-studio"), free_port(), venv)
+    began = time.monotonic()
+    studio.install()
+    installed = time.monotonic()
+    studio.start()
+    print(
+        f"\nLabel Studio {VERSION}: install {installed - began:.1f} s (0 if cached), "
+        f"start {time.monotonic() - installed:.1f} s"
+    )
+    yield studio
+    studio.stop()
+
+
+def exchange_on(server: LocalLabelStudio, store: Path, **overrides) -> LabelStudioExchange:
+    """An exchange to a project of its own on `server`, landing deliveries under `store`."""
+    settings = {
+        "url": server.url,
+        "token": server.credentials().token,
+        "project_title": f"flywheel-test-{uuid.uuid4().hex[:8]}",
+        "store": LocalLandingZone(root=str(store)),
+        **overrides,
+    }
+    return LabelStudioExchange(**settings)
+
+
+@pytest.fixture(scope="module")
+def flights() -> pd.DataFrame:
+    """The features of DAY1's first 40 departures, as the features mart holds them."""
+    day = nycflights.load().day("flights", DAY1).head(40)
+    ids = DAY1 + "_" + day["carrier"] + day["flight"] + "_" + day["origin"]
+    hour = day["hour"].astype(int)
+    return pd.DataFrame(
+        {
+            "flight_id": ids,
+            "flight_date": pd.Timestamp(DAY1).date(),
+            "scheduled_departure_at": pd.Timestamp(DAY1) + pd.to_timedelta(hour, unit="h"),
+            "carrier": day["carrier"],
+            "origin": day["origin"],
+            "dest": day["dest"],
+            "route": day["origin"] + "-" + day["dest"],
+            "scheduled_hour": hour,
+            "distance": day["distance"].astype(float),
+        }
+    )
+
+
+def warehouse(flights: pd.DataFrame, scored: bool = True) -> DuckDBConnection:
+    """A warehouse with the raw labeling tables, DAY1's features and the champion's scores."""
+    con = DuckDBConnection(duckdb.connect())
+    ensure_raw_tables(con, TASK)
+    con.raw.register("_f", flights)
+    con.raw.execute(f"create table {SPEC.features_table} as select * from _f")
+    if scored:
+        scores = flights[["flight_id"]].assign(
+            probability=[(i % 10) / 10 + 0.05 for i in range(len(flights))],
+            model_version=int(MODEL_VERSION),
+        )
+        con.raw.register("_p", scores)
+        con.raw.execute(f"create table {SPEC.predictions_table} as select * from _p")
+    return con
+
+
+def labels_of(con: DuckDBConnection) -> pd.DataFrame:
+    return con.execute(
+        "select flight_id, is_late, _delivery_date from raw.flight_labels order by flight_id"
+    ).df()
+
+
+def quarantined(con: DuckDBConnection) -> list[str]:
+    rows = con.execute(
+        "select reason from raw.quarantine where feed = 'flight_labels' order by reason"
+    ).fetchall()
+    return [r for (r,) in rows]
+
+
+def test_a_day_goes_through_label_studio_and_its_labels_are_the_outcomes(server, flights, tmp_path):
+    con = warehouse(flights)
+    exchange = exchange_on(server, tmp_path / "labeling")
+    report = export_day(con, exchange, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)
+    assert sum(report.reasons.values()) == BUDGET
+
+    # Label Studio holds the batch, pre-annotated by the champion, and the warehouse its ids.
+    client = exchange.client()
+    project = client.project_id(exchange.project_title)
+    in_studio = client.tasks(project)
+    assert len(in_studio) == BUDGET
+    recorded = con.execute("select task_id, external_id from raw.label_tasks").df()
+    assert dict(zip(recorded.task_id, recorded.external_id, strict=True)) == {
+        t["data"]["task_id"]: str(t["id"]) for t in in_studio
+    }
+    for task in in_studio:
+        (prediction,) = task["predictions"]
+        assert prediction["model_version"] == MODEL_VERSION
+        assert prediction["result"][0]["value"]["choices"][0] in LABELING.choices
+    assert client.get(f"/api/projects/{project}")["label_config"] == LABELING.labeling_config()
+
+    # Exporting the day again adds nothing twice.
+    export_day(con, exchange, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)
+    assert len(client.tasks(project)) == BUDGET
+
+    annotators = LabelStudioAnnotators(client, exchange.project_title, latency_days=1)
+    assert annotators.deliver(pd.Timestamp(DAY1).date()).tasks_answered == 0  # not landed yet
+    assert annotators.deliver(pd.Timestamp(DAY2).date()).tasks_answered == BUDGET
+
+    imported = import_day(con, exchange, TASK, LABELING, DAY2)
+    assert (imported.accepted, imported.rejected) == (BUDGET, 0)
+    labels = labels_of(con)
+    assert set(labels.flight_id) == {t.removeprefix("T-") for t in recorded.task_id}
+    assert dict(zip(labels.flight_id, labels.is_late, strict=True)) == {
+        f: is_late(f) for f in labels.flight_id
+    }
+    known = con.execute("select distinct known_at from raw.flight_labels").fetchall()
+    assert known == [(pd.Timestamp(f"{DAY2} 23:59:59").to_pydatetime(),)]
+
+    # The same day through the file exchange gives the same labels.
+    files = tmp_path / "files"
+    other = warehouse(flights)
+    file_exchange = FileLabelExchange(store=LocalLandingZone(root=str(files)))
+    export_day(other, file_exchange, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)
+    LabelingService(file_exchange.store, latency_days=1).deliver(pd.Timestamp(DAY2).date())
+    import_day(other, file_exchange, TASK, LABELING, DAY2)
+    pd.testing.assert_frame_equal(labels_of(other), labels)
+
+    # Importing the day again changes nothing, and so does the next day with nothing new.
+    landed = (tmp_path / "labeling" / "inbox" / DAY2 / "label-studio.json").read_bytes()
+    import_day(con, exchange, TASK, LABELING, DAY2)
+    pd.testing.assert_frame_equal(labels_of(con), labels)
+    assert (tmp_path / "labeling" / "inbox" / DAY2 / "label-studio.json").read_bytes() == landed
+    assert import_day(con, exchange, TASK, LABELING, DAY3).accepted == 0
+    pd.testing.assert_frame_equal(labels_of(con), labels)
+
+
+def test_bad_annotations_made_in_label_studio_are_quarantined_and_nothing_valid_is_lost(
+    server, flights, tmp_path
+):
+    con = warehouse(flights)
+    exchange = exchange_on(server, tmp_path / "labeling")
+    export_day(con, exchange, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)
+    client = exchange.client()
+    project = client.project_id(exchange.project_title)
+    tasks = sorted(client.tasks(project), key=lambda t: t["id"])
+    outside, cancelled, twice = tasks[0], tasks[1], tasks[2]
+
+    def truth(task) -> str:
+        return LABELING.choice_of(is_late(task["data"]["flight_id"]))
+
+    client.annotate(outside["id"], LABELING.result("maybe"))
+    client.post(f"/api/tasks/{cancelled['id']}/annotations/", {"result": [], "was_cancelled": True})
+    first = client.annotate(twice["id"], LABELING.result(truth(twice)))
+    second = client.annotate(twice["id"], LABELING.result(truth(twice)))
+    # Tasks no export made: one unknown, one forging the id of an exported task.
+    shown = {k: v for k, v in tasks[3]["data"].items() if k != "batch_id"}
+    forged = [
+        {"data": {**shown, "task_id": "T-forged", "flight_id": flights.flight_id[0]}},
+        {
+            "data": {
+                **shown,
+                "task_id": cancelled["data"]["task_id"],
+                "flight_id": "2013-01-01_XX1_JFK",
+            }
+        },
+    ]
+    for forged_id in client.import_tasks(project, forged):
+        client.annotate(forged_id, LABELING.result("late"))
+    annotators = LabelStudioAnnotators(client, exchange.project_title, latency_days=1)
+    assert annotators.deliver(pd.Timestamp(DAY2).date()).tasks_answered == BUDGET - 3
+
+    imported = import_day(con, exchange, TASK, LABELING, DAY2)
+    assert imported.accepted == BUDGET - 2  # all but the label outside the set and the cancelled
+    assert quarantined(con) == sorted(
+        [
+            "annotation cancelled",
+            f"flight_id '2013-01-01_XX1_JFK' is not the task's flight_id "
+            f"'{cancelled['data']['flight_id']}'",
+            "label 'maybe' not in ('late', 'on_time')",
+            f"superseded by annotation {second['id']}",
+            "unknown task 'T-forged'",
+        ]
+    )
+    assert first["id"] < second["id"]
+
+    # The next day: the task answered twice is answered a third time, the bad label corrected.
+    client.annotate(twice["id"], LABELING.result(truth(twice)))
+    client.annotate(outside["id"], LABELING.result(truth(outside)))
+    again = import_day(con, exchange, TASK, LABELING, DAY3)
+    assert (again.accepted, again.rejected) == (1, 1)
+    assert again.reasons == {"task already labelled": 1}
+    labels = labels_of(con)
+    assert len(labels) == BUDGET - 1  # every exported task but the cancelled one
+    assert dict(zip(labels.flight_id, labels.is_late, strict=True)) == {
+        f: is_late(f) for f in labels.flight_id
+    }
+
+
+def test_a_label_studio_that_is_down_fails_the_run_whole_and_the_next_run_catches_up(
+    server, flights, tmp_path
+):
+    con = warehouse(flights)
+    closed = f"http://127.0.0.1:{free_port()}"
+    down = exchange_on(server, tmp_path / "labeling", url=closed, retries=0)
+    with pytest.raises(LabelStudioError, match=rf"Label Studio at {closed}: .*unreachable"):
+        export_day(con, down, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)
+    assert con.execute("select count(*) from raw.label_tasks").fetchone() == (0,)
+
+    up = exchange_on(server, tmp_path / "labeling", project_title=down.project_title)
+    export_day(con, up, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)
+    annotators = LabelStudioAnnotators(up.client(), up.project_title, latency_days=1)
+    annotators.deliver(pd.Timestamp(DAY2).date())
+    with pytest.raises(LabelStudioError, match="unreachable"):
+        import_day(con, down, TASK, LABELING, DAY2)
+    assert con.execute("select count(*) from raw.flight_labels").fetchone() == (0,)
+    assert not (tmp_path / "labeling" / "inbox").exists()
+    assert import_day(con, up, TASK, LABELING, DAY2).accepted == BUDGET
+
+
+# -- the transport, against a stand-in server ----------------------------------------------------
+
+
+class _Scripted(http.server.BaseHTTPRequestHandler):
+    """Answers each request with the next of the server's scripted (status, headers, body,
+    delay) answers."""
+
+    def do_GET(self) -> None:
+        status, headers, body, delay = self.server.script.pop(0)  # type: ignore[attr-defined]
+        self.server.seen.append(self.path)  # type: ignore[attr-defined]
+        time.sleep(delay)
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def scripted() -> Iterator[http.server.HTTPServer]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+    httpd.script, httpd.seen = [], []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+
+
+def client_of(httpd, **kwargs) -> LabelStudioClient:
+    return LabelStudioClient(f"http://127.0.0.1:{httpd.server_port}", "t0ken", **kwargs)
+
+
+def test_rate_limits_are_waited_out_and_retried(scripted):
+    limited = (429, {"Retry-After": "0"}, b'{"detail": "slow down"}', 0)
+    scripted.script += [limited, limited, (200, {}, json.dumps({"ok": 1}).encode(), 0)]
+    assert client_of(scripted, backoff_s=0.01).get("/api/x") == {"ok": 1}
+    assert len(scripted.seen) == 3
+
+
+def test_an_error_names_the_server_the_call_and_what_came_back(scripted):
+    scripted.script += [(500, {}, b"Internal Server Error: database is locked", 0)]
+    with pytest.raises(LabelStudioError) as raised:
+        client_of(scripted).get("/api/projects")
+    message = str(raised.value)
+    assert message.startswith(f"Label Studio at http://127.0.0.1:{scripted.server_port}: GET")
+    assert "HTTP 500: Internal Server Error: database is locked" in message
+
+    scripted.script += [(429, {"Retry-After": "0"}, b"limited", 0)] * 2
+    with pytest.raises(LabelStudioError, match=r"\(2 attempts\): HTTP 429: limited"):
+        client_of(scripted, retries=1, backoff_s=0.01).get("/api/x")
+
+
+def test_a_server_that_does_not_answer_in_time_fails_with_the_timeout(scripted):
+    scripted.script += [(200, {}, b"{}", 2.0)]
+    with pytest.raises(LabelStudioError, match=r"GET /api/x failed: no answer within 0\.3 s"):
+        client_of(scripted, timeout_s=0.3, retries=0).get("/api/x")
