@@ -1,10 +1,11 @@
 """The simulated annotators as a long-running process (`flywheel-sim annotators`).
 
 The world asks for a day's answers by writing the day to `sim/annotators/asked.json` under
-FLYWHEEL_HOME; the service, polling, answers every task of the labeling store due by that day
-(`LabelingService.deliver`) and then writes the day to `sim/annotators/delivered.json`. Both
-files are replaced atomically and the delivery is idempotent, so a service killed at any moment
-and started again answers the same, byte for byte.
+FLYWHEEL_HOME; the service, polling, answers every task due by that day (into the inbox files,
+or through the Label Studio API) and then writes the day to `sim/annotators/delivered.json`.
+Both files are replaced atomically and a delivery is idempotent (files: the same bytes; Label
+Studio: only tasks nobody answered), so a service killed at any moment and started again
+answers the same.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from datetime import date
 from pathlib import Path
 
 from sim.clock import read_day, write_json
-from sim.labeling import LabelingService
+from sim.labeling import Annotators
 
 POLL_S = 0.2
 
@@ -36,7 +37,7 @@ def _read_day(path: Path) -> date | None:
     return read_day(path, "day", "annotator state")
 
 
-def serve(home: Path, service: LabelingService, poll_s: float = POLL_S) -> None:
+def serve(home: Path, service: Annotators, poll_s: float = POLL_S) -> None:
     """Answer each day asked for, until SIGTERM or SIGINT, or until the process that started
     it is gone (a main job killed with SIGKILL leaves no service behind)."""
     stop = False

@@ -12,7 +12,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pipelines.contracts import load_task
-from pipelines.resources import ENVIRONMENTS, flywheel_home, label_store, landing_zone
+from pipelines.resources import ENVIRONMENTS, flywheel_home, label_exchange, landing_zone
 from pipelines.settings import retraining_settings
 from sim.annotator_service import AnnotatorServiceError, serve
 from sim.clock import read_clock, write_clock
@@ -22,7 +22,7 @@ from sim.drift import PlantedDrift, parse_drift
 from sim.executor import RunFailedError
 from sim.label_studio_server import VERSION as LABEL_STUDIO_VERSION
 from sim.label_studio_server import LabelStudioServerError, LocalLabelStudio
-from sim.labeling import LabelingService
+from sim.labeling import annotators_for
 from sim.main_job import RunOptions, UsageError, days_to_play, run
 from sim.replay import day_bounds, land_days
 
@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return run_logged(args.days, args.start, options)
         if args.command == "annotators":
-            serve(flywheel_home(), LabelingService(label_store(), latency_days=1))
+            serve(flywheel_home(), annotators_for(label_exchange(), latency_days=1))
             return 0
         return status(args.env)
     except UsageError as e:

@@ -44,6 +44,7 @@ import pandas as pd
 
 from pipelines.contracts import load_task
 from pipelines.labeling import LabelingSpec, load_labeling_spec, render_json
+from pipelines.lib.label_exchange import FileLabelExchange, LabelExchange, LabelStudioExchange
 from pipelines.lib.label_studio_api import LabelStudioClient
 from pipelines.lib.landing_zone import LandingZone
 from sim import nycflights
@@ -184,6 +185,19 @@ class LabelStudioAnnotators:
             self.client.annotate(int(task["id"]), self.spec.result(choice), float(lead_time))
             report.tasks_answered += 1
         return report
+
+
+Annotators = LabelingService | LabelStudioAnnotators
+
+
+def annotators_for(exchange: LabelExchange, latency_days: int = 1) -> Annotators:
+    """The simulated annotators in front of a label exchange: answering into its inbox files,
+    or through the Label Studio API."""
+    if isinstance(exchange, LabelStudioExchange):
+        return LabelStudioAnnotators(exchange.client(), exchange.project_title, latency_days)
+    if isinstance(exchange, FileLabelExchange):
+        return LabelingService(exchange.store, latency_days)
+    raise TypeError(f"no simulated annotators for a {type(exchange).__name__}")
 
 
 def flights_labeling() -> LabelingSpec:

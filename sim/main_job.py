@@ -8,17 +8,13 @@ import time
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pipelines.contracts import load_task
-from pipelines.resources import flywheel_home, label_store, landing_zone
+from pipelines.resources import flywheel_home, landing_zone
 from sim.clock import read_clock, read_progress, write_clock, write_progress
 from sim.console import say
 from sim.drift import PlantedDrift
 from sim.replay import day_bounds, land_days
-
-if TYPE_CHECKING:
-    from sim.labeling import LabelingService, LabelStudioAnnotators
 
 
 class UsageError(Exception):
@@ -108,19 +104,6 @@ def _after_bootstrap(instance) -> date | None:
     return date.fromisoformat(records[0].dagster_run.tags["flywheel/event_day"]) + timedelta(days=1)
 
 
-def annotators_for(defs) -> LabelingService | LabelStudioAnnotators:
-    """The simulated annotators in front of the code location's label exchange: they answer
-    into the inbox files, or through the Label Studio API."""
-    from pipelines.lib.label_exchange import LabelStudioExchange
-    from sim.labeling import LabelingService, LabelStudioAnnotators
-    from sim.report import resource
-
-    exchange = resource(defs, "label_exchange")
-    if isinstance(exchange, LabelStudioExchange):
-        return LabelStudioAnnotators(exchange.client(), exchange.project_title, latency_days=1)
-    return LabelingService(label_store(), latency_days=1)
-
-
 def run(days: int, start: date | None = None, options: RunOptions | None = None) -> int:
     """The main job: day by day, land, ingest, score, monitor, label and retrain; then report."""
     import dagster as dg
@@ -130,6 +113,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     from sim.annotator_service import AnnotatorProcess
     from sim.daemon import WEBSERVER_URL, DaemonDriver, webserver_from_env
     from sim.driver import RETRAINING_JOB, Driver, FlywheelDriver
+    from sim.labeling import annotators_for
     from sim.report import resource, write_report
 
     options = options or RunOptions()
@@ -145,7 +129,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     if len(todo) < len(span):
         say(f"resuming after {played}, the last day played: {len(todo)} of {len(span)} to play")
     began, zone, task = time.monotonic(), landing_zone(), load_task()
-    annotators = annotators_for(defs)
+    annotators = annotators_for(defs.resources["label_exchange"])
     tracker = resource(defs, "tracker")
     name = registered_name(task.name)
 
