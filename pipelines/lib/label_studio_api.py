@@ -222,7 +222,7 @@ class LabelStudioClient:
     def project_counts(self, project: int) -> dict[str, int]:
         """The project's annotation counters (which change whenever an annotation is made)."""
         body = self.get(f"/api/projects/{project}")
-        names = ("task_number", "total_annotations_number", "skipped_annotations_number")
+        names = ("total_annotations_number", "skipped_annotations_number")
         return {n: int(body.get(n) or 0) for n in names}
 
 
