@@ -17,7 +17,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import dagster as dg
 import duckdb
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -329,3 +331,120 @@ def test_a_server_that_does_not_answer_in_time_fails_with_the_timeout(scripted):
     scripted.script += [(200, {}, b"{}", 2.0)]
     with pytest.raises(LabelStudioError, match=r"GET /api/x failed: no answer within 0\.3 s"):
         client_of(scripted, timeout_s=0.3, retries=0).get("/api/x")
+
+
+# -- a second task, configured by its YAML alone -------------------------------------------------
+
+REVIEWS = load_task(Path(__file__).parents[1] / "fixtures" / "tasks" / "reviews.yaml")
+REVIEWS_SPEC, REVIEWS_LABELING = load_model_spec(REVIEWS), load_labeling_spec(REVIEWS)
+POSTED, NEXT_DAY = "2024-03-04", "2024-03-05"
+
+
+def review_warehouse(n: int = 30) -> tuple[DuckDBConnection, dict[str, bool]]:
+    """A warehouse with a day of generated reviews (the features table its dbt model would
+    build), a model's scores, and each review's true label."""
+    rng = np.random.default_rng(5)
+    ids = [f"R{i:06d}" for i in range(1, n + 1)]
+    spam = rng.random(n) < 0.3
+    features = pd.DataFrame(
+        {
+            "review_id": ids,
+            "posted_on": pd.Timestamp(POSTED).date(),
+            "product": rng.choice(["kettle", "lamp", "chair"], n),
+            "stars": rng.integers(1, 6, n),
+            "body": [("BUY NOW cheap!!!" if s else "Works as described.") for s in spam],
+        }
+    )
+    con = DuckDBConnection(duckdb.connect())
+    ensure_raw_tables(con, REVIEWS)
+    con.raw.register("_f", features)
+    con.raw.execute(f"create table {REVIEWS_SPEC.features_table} as select * from _f")
+    scores = features[["review_id"]].assign(probability=rng.random(n), model_version=3)
+    con.raw.register("_p", scores)
+    con.raw.execute(f"create table {REVIEWS_SPEC.predictions_table} as select * from _p")
+    return con, dict(zip(ids, spam.tolist(), strict=True))
+
+
+@pytest.mark.parametrize("backend", ["files", "label-studio"])
+def test_a_second_task_goes_through_export_annotation_and_import_with_no_code_change(
+    backend, request, tmp_path
+):
+    con, truth = review_warehouse()
+    labeling = REVIEWS_LABELING
+    if backend == "files":
+        exchange = FileLabelExchange(store=LocalLandingZone(root=str(tmp_path / "labeling")))
+    else:
+        exchange = exchange_on(request.getfixturevalue("server"), tmp_path / "labeling")
+    export_day(con, exchange, REVIEWS, REVIEWS_SPEC, labeling, POSTED, 12, 0.5)
+
+    # Annotators answer every task with the review's true label.
+    if backend == "files":
+        tasks = json.loads(exchange.store.read_bytes(f"outbox/reviews-{POSTED}.json"))
+        answered = [
+            {
+                "id": i,
+                "data": t["data"],
+                "annotations": [
+                    {
+                        "id": 100 + i,
+                        "result": labeling.result(
+                            labeling.choice_of(truth[t["data"]["review_id"]])
+                        ),
+                        "updated_at": f"{NEXT_DAY}T10:00:00Z",
+                    }
+                ],
+            }
+            for i, t in enumerate(tasks)
+        ]
+        exchange.store.write_bytes(f"inbox/{NEXT_DAY}/answers.json", json.dumps(answered).encode())
+    else:
+        client = exchange.client()
+        for t in client.tasks(client.project_id(exchange.project_title)):
+            (prediction,) = t["predictions"]
+            assert prediction["result"][0]["value"]["choices"][0] in ("spam", "genuine")
+            choice = labeling.choice_of(truth[t["data"]["review_id"]])
+            client.annotate(t["id"], labeling.result(choice))
+
+    report = import_day(con, exchange, REVIEWS, labeling, NEXT_DAY)
+    assert (report.accepted, report.rejected) == (12, 0)
+    query = "select review_id, is_spam from raw.review_labels order by review_id"
+    labels = dict(con.execute(query).fetchall())
+    assert labels == {r: truth[r] for r in labels} and len(labels) == 12
+    import_day(con, exchange, REVIEWS, labeling, NEXT_DAY)
+    assert dict(con.execute(query).fetchall()) == labels
+
+
+def test_the_inbox_sensor_asks_for_an_import_of_the_newest_day_when_annotations_are_made(
+    server, flights, tmp_path
+):
+    from pipelines.definitions import defs
+
+    con = warehouse(flights)
+    exchange = exchange_on(server, tmp_path / "labeling")
+    export_day(con, exchange, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)
+    sensor = defs.resolve_sensor_def("inbox_sensor")
+    with dg.DagsterInstance.ephemeral() as instance:
+        for day in (DAY1, DAY2):  # exports materialized for two days: DAY2 is the newest
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(asset_key=TASK.label_tasks_table, partition=day)
+            )
+
+        def tick(cursor):
+            with dg.build_sensor_context(
+                cursor=cursor,
+                instance=instance,
+                resources={"label_exchange": exchange},
+                definitions=defs,
+            ) as context:
+                return sensor.evaluate_tick(context)
+
+        first = tick(None)
+        assert [r.partition_key for r in first.run_requests] == [DAY2]
+        assert tick(first.cursor).run_requests == []
+        client = exchange.client()
+        task = client.tasks(client.project_id(exchange.project_title))[0]
+        client.annotate(task["id"], LABELING.result("late"))
+        after = tick(first.cursor)
+        assert [r.partition_key for r in after.run_requests] == [DAY2]
+        assert after.run_requests[0].run_key != first.run_requests[0].run_key
+        assert tick(after.cursor).run_requests == []
