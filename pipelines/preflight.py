@@ -31,7 +31,9 @@ from pipelines.resources import (
     current_env,
     dataset_store,
     flywheel_home,
+    label_exchange,
     label_store,
+    labeling_backend,
     landing_zone,
     required_env,
     warehouse,
@@ -164,6 +166,13 @@ def study_storage() -> str:
         return f"{redact(storage.location)} ({STORAGE_SETTING})"
 
 
+def labeling_backend_check() -> str:
+    """Reach the label exchange: Label Studio's API with the token, or the label store's files."""
+    exchange = label_exchange("prod")
+    exchange.check(TIMEOUT_S)
+    return f"{exchange.where} (FLYWHEEL_LABELING={labeling_backend()})"
+
+
 CHECKS: tuple[tuple[str, Callable[[], str]], ...] = (
     ("Dagster instance", dagster_storage),
     ("warehouse", warehouse_database),
@@ -171,6 +180,7 @@ CHECKS: tuple[tuple[str, Callable[[], str]], ...] = (
     ("dataset remote", dataset_remote),
     ("MLflow", tracking_server),
     ("Optuna", study_storage),
+    ("labeling", labeling_backend_check),
 )
 
 

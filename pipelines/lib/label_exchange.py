@@ -28,7 +28,8 @@ from pydantic import Field
 from pipelines.defs.ingestion.sensors import changed_files
 from pipelines.labeling.label_studio import batch_manifest, render_json
 from pipelines.labeling.spec import LabelingSpec
-from pipelines.lib.label_studio_api import LabelStudioClient
+from pipelines.lib.errors import ConfigurationError
+from pipelines.lib.label_studio_api import LabelStudioClient, LabelStudioError
 from pipelines.lib.landing_zone import LandingZone
 
 OUTBOX, INBOX = "outbox/", "inbox/"
@@ -71,6 +72,9 @@ class LabelExchange(dg.ConfigurableResource, ABC):
     @abstractmethod
     def where(self) -> str:
         """Where tasks go, for logs and metadata."""
+
+    def check(self, timeout_s: float = 5.0) -> None:
+        """ConfigurationError naming the setting at fault when the backend cannot be used."""
 
 
 class FileLabelExchange(LabelExchange):
@@ -119,6 +123,15 @@ class LabelStudioExchange(LabelExchange):
 
     def client(self) -> LabelStudioClient:
         return LabelStudioClient(self.url, self.token, self.timeout_s, self.retries)
+
+    def check(self, timeout_s: float = 5.0) -> None:
+        try:
+            LabelStudioClient(self.url, self.token, timeout_s, retries=0).get(
+                "/api/projects", page_size=1
+            )
+        except LabelStudioError as e:
+            setting = "TOKEN" if "HTTP 401" in str(e) or "token" in str(e) else "URL"
+            raise ConfigurationError(f"FLYWHEEL_LABEL_STUDIO_{setting}: {e}") from None
 
     def project(self, client: LabelStudioClient, spec: LabelingSpec) -> int:
         description = f"flywheel: labels for task {spec.task!r} ({spec.label})"

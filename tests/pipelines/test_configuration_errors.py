@@ -256,7 +256,7 @@ def test_preflight_prints_every_wrong_setting_and_fails(prod, monkeypatch, close
     assert main() == 1
     lines = capsys.readouterr().out.splitlines()
     failed = [line for line in lines if line.startswith("FAIL")]
-    assert len(lines) == 6 and len(failed) == 4
+    assert len(lines) == 7 and len(failed) == 4
     for setting in (
         "FLYWHEEL_LANDING_BUCKET",
         "FLYWHEEL_DVC_REMOTE",
@@ -277,7 +277,26 @@ def test_a_wrong_warehouse_database_is_named(prod, monkeypatch):
 def test_preflight_passes_when_every_service_answers(prod, capsys):
     assert main() == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 6 and all(line.startswith("ok") for line in lines)
+    assert len(lines) == 7 and all(line.startswith("ok") for line in lines)
+
+
+def test_a_label_studio_that_cannot_be_used_is_named_by_its_setting(prod, monkeypatch, closed_port):
+    monkeypatch.setenv("FLYWHEEL_LABELING", "label-studio")
+    monkeypatch.setenv("FLYWHEEL_LABEL_STUDIO_URL", f"http://127.0.0.1:{closed_port}")
+    (labeling,) = [c for c in check_settings() if c.service == "labeling"]
+    assert labeling.problem is not None
+    assert labeling.problem.startswith("FLYWHEEL_LABELING=label-studio needs environment variable")
+    assert "FLYWHEEL_LABEL_STUDIO_TOKEN" in labeling.problem
+    monkeypatch.setenv("FLYWHEEL_LABEL_STUDIO_TOKEN", "t0ken")
+    (labeling,) = [c for c in check_settings() if c.service == "labeling"]
+    assert labeling.problem is not None
+    assert labeling.problem.startswith(
+        f"FLYWHEEL_LABEL_STUDIO_URL: Label Studio at http://127.0.0.1:{closed_port}: GET"
+    )
+    assert "unreachable" in labeling.problem
+    monkeypatch.setenv("FLYWHEEL_LABELING", "crowd")
+    (labeling,) = [c for c in check_settings() if c.service == "labeling"]
+    assert labeling.problem == "FLYWHEEL_LABELING='crowd': expected one of files, label-studio"
 
 
 def test_preflight_checks_nothing_locally(monkeypatch, capsys):

@@ -27,6 +27,7 @@ from pipelines.contracts import load_task
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.labeling import load_labeling_spec
 from pipelines.labeling.exchange import export_day, import_day
+from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.label_exchange import FileLabelExchange, LabelStudioExchange
 from pipelines.lib.label_studio_api import LabelStudioClient, LabelStudioError
 from pipelines.lib.landing_zone import LocalLandingZone
@@ -270,6 +271,14 @@ def test_a_label_studio_that_is_down_fails_the_run_whole_and_the_next_run_catche
     assert con.execute("select count(*) from raw.flight_labels").fetchone() == (0,)
     assert not (tmp_path / "labeling" / "inbox").exists()
     assert import_day(con, up, TASK, LABELING, DAY2).accepted == BUDGET
+
+    # What the deployment's preflight says of each: the setting at fault.
+    up.check()
+    with pytest.raises(ConfigurationError, match=r"^FLYWHEEL_LABEL_STUDIO_URL: .*unreachable"):
+        down.check()
+    refused = exchange_on(server, tmp_path / "other", token="not-the-token")
+    with pytest.raises(ConfigurationError, match=r"^FLYWHEEL_LABEL_STUDIO_TOKEN: .*HTTP 401"):
+        refused.check()
 
 
 # -- the transport, against a stand-in server ----------------------------------------------------
