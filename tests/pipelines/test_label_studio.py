@@ -10,7 +10,10 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -104,9 +107,12 @@ def flights() -> pd.DataFrame:
     )
 
 
-def warehouse(flights: pd.DataFrame, scored: bool = True) -> DuckDBConnection:
-    """A warehouse with the raw labeling tables, DAY1's features and the champion's scores."""
-    con = DuckDBConnection(duckdb.connect())
+def warehouse(
+    flights: pd.DataFrame, scored: bool = True, path: Path | None = None
+) -> DuckDBConnection:
+    """A warehouse with the raw labeling tables, DAY1's features and the champion's scores
+    (in memory, or in the DuckDB file `path`)."""
+    con = DuckDBConnection(duckdb.connect(str(path) if path else ":memory:"))
     ensure_raw_tables(con, TASK)
     con.raw.register("_f", flights)
     con.raw.execute(f"create table {SPEC.features_table} as select * from _f")
@@ -279,6 +285,76 @@ def test_a_label_studio_that_is_down_fails_the_run_whole_and_the_next_run_catche
     refused = exchange_on(server, tmp_path / "other", token="not-the-token")
     with pytest.raises(ConfigurationError, match=r"^FLYWHEEL_LABEL_STUDIO_TOKEN: .*HTTP 401"):
         refused.check()
+
+
+KILLED = """
+import os, signal, sys
+import duckdb
+from pipelines.labeling import exchange as module
+from pipelines.lib.label_exchange import LabelStudioExchange
+from pipelines.lib.landing_zone import LocalLandingZone
+from pipelines.lib.warehouse import DuckDBConnection
+from tests.pipelines.test_label_studio import LABELING, SPEC, TASK, DAY1, DAY2, BUDGET
+
+url, token, title, store, db, where = sys.argv[1:]
+exchange = LabelStudioExchange(
+    url=url, token=token, project_title=title, store=LocalLandingZone(root=store)
+)
+con = DuckDBConnection(duckdb.connect(db))
+if where == "export":
+    # Killed once Label Studio has the batch, before the warehouse records it.
+    module.replace_rows = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+    module.export_day(con, exchange, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)
+else:
+    # Killed once the delivery's items have landed, before its manifest.
+    write = LocalLandingZone.write_bytes
+    def dying(self, key, data):
+        if key.endswith("manifest.json"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return write(self, key, data)
+    LocalLandingZone.write_bytes = dying
+    module.import_day(con, exchange, TASK, LABELING, DAY2)
+"""
+
+
+def test_a_run_killed_between_label_studio_and_the_warehouse_loses_and_doubles_nothing(
+    server, flights, tmp_path
+):
+    db, store = tmp_path / "warehouse.duckdb", tmp_path / "labeling"
+    warehouse(flights, path=db).raw.close()
+    exchange = exchange_on(server, store)
+    client = exchange.client()
+
+    def killed(where: str) -> None:
+        args = [server.url, exchange.token, exchange.project_title, str(store), str(db), where]
+        done = subprocess.run(
+            [sys.executable, "-c", KILLED, *args],
+            cwd=Path(__file__).parents[2],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == -signal.SIGKILL, done.stderr
+
+    killed("export")
+    project = client.project_id(exchange.project_title)
+    assert len(client.tasks(project)) == BUDGET
+    con = DuckDBConnection(duckdb.connect(str(db)))
+    assert con.execute("select count(*) from raw.label_tasks").fetchone() == (0,)
+    export_day(con, exchange, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)  # the next attempt
+    in_studio = {str(t["id"]) for t in client.tasks(project)}
+    recorded = {i for (i,) in con.execute("select external_id from raw.label_tasks").fetchall()}
+    assert len(in_studio) == BUDGET and recorded == in_studio
+    con.raw.close()
+
+    LabelStudioAnnotators(client, exchange.project_title).deliver(pd.Timestamp(DAY2).date())
+    killed("import")
+    assert (store / "inbox" / DAY2 / "label-studio.json").exists()
+    assert not (store / "inbox" / DAY2 / "label-studio.manifest.json").exists()
+    con = DuckDBConnection(duckdb.connect(str(db)))
+    assert con.execute("select count(*) from raw.flight_labels").fetchone() == (0,)
+    assert import_day(con, exchange, TASK, LABELING, DAY2).accepted == BUDGET
+    assert con.execute("select count(*) from raw.flight_labels").fetchone() == (BUDGET,)
 
 
 # -- the transport, against a stand-in server ----------------------------------------------------
