@@ -63,18 +63,28 @@ class DeliveryReport:
     tasks_waiting: int = 0
 
 
-@dataclass
-class LabelingService:
-    """Answers the outbox's tasks into the inbox, `latency_days` after each flight's day."""
+@dataclass(kw_only=True)
+class _Annotators:
+    """How the annotators answer: `latency_days` after each flight's day, its outcome, flipped
+    with probability `noise` (seeded per task)."""
 
-    store: LandingZone
     latency_days: int = 1
     noise: float = 0.0
     seed: int = 0
     spec: LabelingSpec = field(default_factory=lambda: flights_labeling())
 
     def __post_init__(self) -> None:
-        _check_annotators(self.latency_days, self.noise)
+        if self.latency_days < 0:
+            raise ValueError(f"latency_days must be >= 0, got {self.latency_days}")
+        if not 0 <= self.noise <= 1:
+            raise ValueError(f"noise must be within [0, 1], got {self.noise}")
+
+
+@dataclass
+class LabelingService(_Annotators):
+    """Answers the outbox's tasks into the inbox, `latency_days` after each flight's day."""
+
+    store: LandingZone
 
     def deliver(self, today: date) -> DeliveryReport:
         """Write today's answers to `inbox/<today>/<batch_id>.json`, one file per batch."""
@@ -148,19 +158,12 @@ class LabelingService:
 
 
 @dataclass
-class LabelStudioAnnotators:
+class LabelStudioAnnotators(_Annotators):
     """The annotators in front of a Label Studio server: they answer, through its API, every
     unanswered task of the project due by the delivery day."""
 
     client: LabelStudioClient
     project_title: str
-    latency_days: int = 1
-    noise: float = 0.0
-    seed: int = 0
-    spec: LabelingSpec = field(default_factory=lambda: flights_labeling())
-
-    def __post_init__(self) -> None:
-        _check_annotators(self.latency_days, self.noise)
 
     def deliver(self, today: date) -> DeliveryReport:
         """Submit an annotation for every task in the queue that is due by `today`."""
@@ -194,21 +197,16 @@ def annotators_for(exchange: LabelExchange, latency_days: int = 1) -> Annotators
     """The simulated annotators in front of a label exchange: answering into its inbox files,
     or through the Label Studio API."""
     if isinstance(exchange, LabelStudioExchange):
-        return LabelStudioAnnotators(exchange.client(), exchange.project_title, latency_days)
+        return LabelStudioAnnotators(
+            exchange.client(), exchange.project_title, latency_days=latency_days
+        )
     if isinstance(exchange, FileLabelExchange):
-        return LabelingService(exchange.store, latency_days)
+        return LabelingService(exchange.store, latency_days=latency_days)
     raise TypeError(f"no simulated annotators for a {type(exchange).__name__}")
 
 
 def flights_labeling() -> LabelingSpec:
     return load_labeling_spec(load_task("flights"))
-
-
-def _check_annotators(latency_days: int, noise: float) -> None:
-    if latency_days < 0:
-        raise ValueError(f"latency_days must be >= 0, got {latency_days}")
-    if not 0 <= noise <= 1:
-        raise ValueError(f"noise must be within [0, 1], got {noise}")
 
 
 def due_day(flight_id: str, latency_days: int) -> date:

@@ -145,7 +145,7 @@ class LabelStudioExchange(LabelExchange):
         # The batch's tasks already in the project (a publication retried after a crash).
         found = client.tasks(
             project,
-            [_equal("data.batch_id", batch_id)],
+            [_filter("data.batch_id", "equal", "String", batch_id)],
             fields="all",
         )
         existing = {t["data"].get("task_id"): t for t in found}
@@ -209,7 +209,7 @@ class LabelStudioExchange(LabelExchange):
         project = client.project_id(self.project_title)
         if project is None:
             return [], after, since
-        filters = [_since("updated_at", since)] if since else []
+        filters = [_filter("updated_at", "greater_or_equal", "Datetime", since)] if since else []
         candidates = client.tasks(project, filters, fields="task_only")
         updated = max((t["updated_at"] for t in candidates), default=since)
         items, through = [], after
@@ -237,22 +237,9 @@ class LabelStudioExchange(LabelExchange):
         return f"{self.url} project {self.project_title!r}"
 
 
-def _equal(field: str, value: str) -> dict[str, Any]:
-    return {
-        "filter": f"filter:tasks:{field}",
-        "operator": "equal",
-        "type": "String",
-        "value": value,
-    }
-
-
-def _since(field: str, moment: str) -> dict[str, Any]:
-    return {
-        "filter": f"filter:tasks:{field}",
-        "operator": "greater_or_equal",
-        "type": "Datetime",
-        "value": moment,
-    }
+def _filter(field: str, operator: str, kind: str, value: Any) -> dict[str, Any]:
+    """A data manager filter on a task field."""
+    return {"filter": f"filter:tasks:{field}", "operator": operator, "type": kind, "value": value}
 
 
 def _annotation_id(annotation: Any) -> int:
