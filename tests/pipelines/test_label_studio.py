@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 
 from pipelines.contracts import load_task
-from pipelines.ingestion import ensure_raw_tables
+from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
 from pipelines.labeling import load_labeling_spec
 from pipelines.labeling.exchange import export_day, import_day
 from pipelines.lib.errors import ConfigurationError
@@ -425,26 +425,47 @@ REVIEWS_SPEC, REVIEWS_LABELING = load_model_spec(REVIEWS), load_labeling_spec(RE
 POSTED, NEXT_DAY = "2024-03-04", "2024-03-05"
 
 
-def review_warehouse(n: int = 30) -> tuple[DuckDBConnection, dict[str, bool]]:
-    """A warehouse with a day of generated reviews (the features table its dbt model would
-    build), a model's scores, and each review's true label."""
+def review_warehouse(tmp_path: Path, n: int = 30) -> tuple[DuckDBConnection, dict[str, bool]]:
+    """A day of generated reviews landed, ingested by the pipeline and built into features by
+    the task's own dbt project; a model's scores; and each review's true label."""
     rng = np.random.default_rng(5)
     ids = [f"R{i:06d}" for i in range(1, n + 1)]
     spam = rng.random(n) < 0.3
-    features = pd.DataFrame(
+    day = pd.Timestamp(POSTED)
+    landed = pd.DataFrame(
         {
             "review_id": ids,
-            "posted_on": pd.Timestamp(POSTED).date(),
+            "year": day.year,
+            "month": day.month,
+            "day": day.day,
             "product": rng.choice(["kettle", "lamp", "chair"], n),
             "stars": rng.integers(1, 6, n),
             "body": [("BUY NOW cheap!!!" if s else "Works as described.") for s in spam],
         }
     )
-    con = DuckDBConnection(duckdb.connect())
+    zone = LocalLandingZone(root=str(tmp_path / "landing"))
+    feed = REVIEWS.feeds["reviews"]
+    zone.write_bytes(feed.landing_key(POSTED), landed.to_csv(index=False).encode())
+    db = tmp_path / "reviews.duckdb"
+    con = DuckDBConnection(duckdb.connect(str(db)))
     ensure_raw_tables(con, REVIEWS)
-    con.raw.register("_f", features)
-    con.raw.execute(f"create table {REVIEWS_SPEC.features_table} as select * from _f")
-    scores = features[["review_id"]].assign(probability=rng.random(n), model_version=3)
+    (load,) = load_validated(con, feed, read_and_validate(REVIEWS, feed, [POSTED], zone))
+    assert (load.rows_loaded, load.rows_quarantined) == (n, 0)
+    con.raw.close()
+    project = Path(__file__).parents[1] / "fixtures" / "reviews_dbt"
+    dbt = Path(sys.executable).parent / "dbt"
+    env = {**os.environ, "REVIEWS_WAREHOUSE_PATH": str(db)}
+    built = subprocess.run(
+        [str(dbt), "build", "--project-dir", str(project), "--profiles-dir", str(project),
+         "--target-path", str(tmp_path / "dbt-target"), "--log-path", str(tmp_path / "dbt-logs")],
+        env={**env, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:]
+    con = DuckDBConnection(duckdb.connect(str(db)))
+    scores = pd.DataFrame({"review_id": ids, "probability": rng.random(n), "model_version": 3})
     con.raw.register("_p", scores)
     con.raw.execute(f"create table {REVIEWS_SPEC.predictions_table} as select * from _p")
     return con, dict(zip(ids, spam.tolist(), strict=True))
@@ -454,7 +475,7 @@ def review_warehouse(n: int = 30) -> tuple[DuckDBConnection, dict[str, bool]]:
 def test_a_second_task_goes_through_export_annotation_and_import_with_no_code_change(
     backend, request, tmp_path
 ):
-    con, truth = review_warehouse()
+    con, truth = review_warehouse(tmp_path)
     labeling = REVIEWS_LABELING
     if backend == "files":
         exchange = FileLabelExchange(store=LocalLandingZone(root=str(tmp_path / "labeling")))
