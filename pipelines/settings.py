@@ -26,7 +26,15 @@ RETRAINING_SETTINGS = {
     "FLYWHEEL_TUNING_WORKERS": ("challenger_model", "workers", 1),
 }
 SENSOR_INTERVAL = "FLYWHEEL_SENSOR_INTERVAL_S"
-SETTINGS = (*RETRAINING_SETTINGS, SENSOR_INTERVAL)
+# The label exchange (pipelines/resources.py: label_exchange).
+LABELING_SETTINGS = (
+    "FLYWHEEL_LABELING",
+    "FLYWHEEL_LABEL_STUDIO_URL",
+    "FLYWHEEL_LABEL_STUDIO_TOKEN",
+    "FLYWHEEL_LABEL_STUDIO_PROJECT",
+)
+# What the shell that starts a deployment may set for the code location.
+SETTINGS = (*RETRAINING_SETTINGS, SENSOR_INTERVAL, *LABELING_SETTINGS)
 
 
 def positive_int(name: str, environ: Mapping[str, str] | None = None) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import traceback
 from collections.abc import Sequence
 from datetime import date, timedelta
@@ -215,27 +216,32 @@ def run_logged(days: int, start: date | None, options: RunOptions) -> int:
 
 
 def label_studio(action: str, port: int) -> int:
-    """`flywheel-sim label-studio install|start|stop|env`."""
+    """`flywheel-sim label-studio install|start|stop|env`: what it does on standard error, the
+    settings as `export` lines on standard output (eval "$(flywheel-sim label-studio start)")."""
+
+    def note(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
     server = LocalLabelStudio(flywheel_home() / "label-studio", port)
     try:
         if action == "install":
-            say(f"installing label-studio {LABEL_STUDIO_VERSION} into {server.venv}")
+            note(f"installing label-studio {LABEL_STUDIO_VERSION} into {server.venv}")
             server.install()
-            say(f"installed: {server.executable}")
+            note(f"installed: {server.executable}")
         elif action == "stop":
-            say("stopped" if server.stop() else "Label Studio was not running")
+            note("stopped" if server.stop() else "Label Studio was not running")
         else:
             if action == "start":
-                say(f"starting Label Studio on {server.url} (log: {server.log})")
+                note(f"starting Label Studio on {server.url} (log: {server.log})")
             creds = server.start() if action == "start" else server.credentials()
-            say(
+            note(
                 f"Label Studio: {creds.url} (admin {creds.username}, password in "
                 f"{server.credentials_file})"
             )
             for name, value in creds.environment().items():
                 print(f"export {name}={value}")
     except LabelStudioServerError as e:
-        say(f"error: {e}", error=True)
+        note(f"error: {e}")
         return 1
     return 0
 
@@ -248,8 +254,8 @@ def use_label_studio(daemon: bool) -> None:
         return
     if daemon:
         raise UsageError(
-            "--labeling label-studio with --daemon needs the stack started with "
-            "FLYWHEEL_LABELING=label-studio and FLYWHEEL_LABEL_STUDIO_URL/_TOKEN set"
+            "--labeling label-studio with --daemon needs the stack started with its settings: "
+            "eval $(flywheel-sim label-studio start), then make stack-up"
         )
     server = LocalLabelStudio(flywheel_home() / "label-studio")
     say(f"starting the local Label Studio on {server.url} (log: {server.log})")
