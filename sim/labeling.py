@@ -46,7 +46,7 @@ from pipelines.contracts import load_task
 from pipelines.labeling import LabelingSpec, load_labeling_spec, render_json
 from pipelines.lib.label_exchange import FileLabelExchange, LabelExchange, LabelStudioExchange
 from pipelines.lib.label_studio_api import LabelStudioClient
-from pipelines.lib.landing_zone import LandingZone
+from pipelines.lib.landing_zone import LandingFile, LandingZone
 from sim import nycflights
 
 OUTBOX, INBOX = "outbox/", "inbox/"
@@ -85,13 +85,16 @@ class LabelingService(_Annotators):
     """Answers the outbox's tasks into the inbox, `latency_days` after each flight's day."""
 
     store: LandingZone
+    _task_ids: dict[str, tuple[str, frozenset[str]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def deliver(self, today: date) -> DeliveryReport:
         """Write today's answers to `inbox/<today>/<batch_id>.json`, one file per batch."""
         answered_elsewhere = self._answered(excluding=today)
         answered_today: set[str] = set()
         report = DeliveryReport()
-        for batch_id, tasks in self._batches():
+        for batch_id, tasks in self._batches(answered_elsewhere):
             due = []
             for task in tasks:
                 task_id = task["data"]["task_id"]
@@ -109,27 +112,43 @@ class LabelingService(_Annotators):
         report.tasks_answered = len(answered_today)
         return report
 
-    def _batches(self) -> list[tuple[str, list[dict[str, Any]]]]:
-        """Every batch in the outbox, by key: its id (the file name) and its tasks."""
+    def _batches(self, answered: set[str]) -> list[tuple[str, list[dict[str, Any]]]]:
+        """Every batch in the outbox with a task not in `answered`, by key: its id (the file
+        name) and its tasks."""
         batches = []
         for file in self.store.list_files(OUTBOX):
             name = file.key[len(OUTBOX) :]
             if "/" in name or not name.endswith(".json") or name.endswith(".manifest.json"):
                 continue
-            batches.append(
-                (name.removesuffix(".json"), json.loads(self.store.read_bytes(file.key)))
-            )
+            ids = self._ids(file)
+            if ids is not None and ids <= answered:
+                continue  # nothing left to answer in it
+            batches.append((name.removesuffix(".json"), self._tasks(file)))
         return batches
 
     def _answered(self, excluding: date) -> set[str]:
         """The task ids that inbox files of days other than `excluding` hold."""
         skip = f"{INBOX}{excluding.isoformat()}/"
-        return {
-            item["data"]["task_id"]
-            for file in self.store.list_files(INBOX)
-            if not file.key.startswith(skip) and file.key.endswith(".json")
-            for item in json.loads(self.store.read_bytes(file.key))
-        }
+        answered: set[str] = set()
+        for file in self.store.list_files(INBOX):
+            if not file.key.startswith(skip) and file.key.endswith(".json"):
+                ids = self._ids(file)
+                answered |= (
+                    ids if ids is not None else {t["data"]["task_id"] for t in self._tasks(file)}
+                )
+        return answered
+
+    def _tasks(self, file: LandingFile) -> list[dict[str, Any]]:
+        """The items of an outbox or inbox file; the task ids they hold are remembered by the
+        file's version (a day reads every batch and delivery so far, and they grow)."""
+        items = json.loads(self.store.read_bytes(file.key))
+        self._task_ids[file.key] = (file.version, frozenset(i["data"]["task_id"] for i in items))
+        return items
+
+    def _ids(self, file: LandingFile) -> frozenset[str] | None:
+        """The task ids of a file read before, unless it has changed since."""
+        known = self._task_ids.get(file.key)
+        return known[1] if known is not None and known[0] == file.version else None
 
     def _due(self, task: dict[str, Any]) -> date:
         return due_day(task["data"][self.spec.example_id], self.latency_days)

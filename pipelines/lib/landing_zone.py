@@ -73,10 +73,12 @@ class LocalLandingZone(LandingZone):
 
     def list_files(self, prefix: str = "") -> list[LandingFile]:
         root = Path(self.root)
-        if not root.exists():
+        # Walk only the folder the prefix names ("inbox/2013-01-0" -> inbox/), not the root.
+        start = root / prefix.rpartition("/")[0] if "/" in prefix else root
+        if not start.is_dir():
             return []
         files = []
-        for path in root.rglob("*"):
+        for path in start.rglob("*"):
             if not path.is_file() or path.name.startswith(".tmp-"):
                 continue
             key = path.relative_to(root).as_posix()

@@ -32,6 +32,15 @@ def test_write_read_and_list(zone):
     assert [f.key for f in zone.list_files("reference/")] == ["reference/planes.csv"]
 
 
+def test_a_prefix_lists_what_starts_with_it_whatever_folder_it_ends_in(zone):
+    keys = ["inbox/2013-01-02/a.json", "inbox/2013-01-12/b.json", "inbox/x.json", "outbox/c.json"]
+    for key in keys:
+        zone.write_bytes(key, b"[]")
+    for prefix in ("", "inbox", "inbox/", "inbox/2013-01-0", "inbox/2013-01-12/", "in", "nowhere/"):
+        expected = [k for k in sorted(keys) if k.startswith(prefix)]
+        assert [f.key for f in zone.list_files(prefix)] == expected, prefix
+
+
 def test_identical_bytes_are_not_rewritten(zone):
     zone.write_bytes("weather/2013-01-01.csv", b"x\n1\n")
     (before,) = zone.list_files()
