@@ -9,8 +9,8 @@ PY := $(VENV)/bin/python
 # on two cores. The whole year (START=2013-01-01 DAYS=365 RUN_ARGS=--bootstrap-days=31) takes
 # more than an hour and a half (README, Benchmarks). RUN_ARGS passes more options (e.g.
 # --trials 8 --drift celsius@2013-12-10).
-DAYS ?= 134
-START ?= 2013-08-20
+DAYS ?= 184
+START ?= 2013-07-01
 RUN_ARGS ?=
 
 export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel
