@@ -25,12 +25,11 @@ import dagster as dg
 import pandas as pd
 from pydantic import Field
 
-from pipelines.defs.ingestion.sensors import changed_files
 from pipelines.labeling.label_studio import batch_manifest, render_json
 from pipelines.labeling.spec import LabelingSpec
 from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.label_studio_api import LabelStudioClient, LabelStudioError
-from pipelines.lib.landing_zone import LandingZone
+from pipelines.lib.landing_zone import LandingZone, changed_files
 
 OUTBOX, INBOX = "outbox/", "inbox/"
 PULLED = "label-studio"  # the inbox file a Label Studio delivery lands: inbox/<day>/label-studio.*

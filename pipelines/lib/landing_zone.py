@@ -7,6 +7,7 @@ assets and the simulator never know which one they talk to.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from abc import ABC, abstractmethod
@@ -31,6 +32,15 @@ class LandingFile:
     key: str
     version: str
     size: int
+
+
+def changed_files(files: list[LandingFile], cursor: str | None) -> tuple[list[LandingFile], str]:
+    """The files new or replaced since `cursor`, and the cursor that marks them seen."""
+    # The cursor maps every file seen to its version: a replaced file (new version) is taken
+    # again, an unchanged one never twice, and nothing is skipped whatever the listing order.
+    seen: dict[str, str] = json.loads(cursor) if cursor else {}
+    changed = [f for f in files if seen.get(f.key) != f.version]
+    return changed, json.dumps({f.key: f.version for f in files}, sort_keys=True)
 
 
 class LandingZone(dg.ConfigurableResource, ABC):

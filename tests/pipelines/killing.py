@@ -18,8 +18,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from pipelines.defs.ingestion.sensors import changed_files
-from pipelines.lib.landing_zone import LocalLandingZone
+from pipelines.lib.landing_zone import LocalLandingZone, changed_files
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER_YAML = REPO / "deploy" / "dagster.yaml"

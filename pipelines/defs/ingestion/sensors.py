@@ -11,7 +11,7 @@ import dagster as dg
 from pipelines.contracts import DAILY_KEY, REFERENCE_KEY, TaskSpec
 from pipelines.defs.ingestion.checks import freshness_evaluations
 from pipelines.feed_checks import load_feed_checks
-from pipelines.lib.landing_zone import LandingFile, LandingZone
+from pipelines.lib.landing_zone import LandingZone, changed_files
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
     from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -81,15 +81,6 @@ def build_landing_sensor(
         )
 
     return landing_sensor
-
-
-def changed_files(files: list[LandingFile], cursor: str | None) -> tuple[list[LandingFile], str]:
-    """The files new or replaced since `cursor`, and the cursor that marks them seen."""
-    # The cursor maps every file seen to its version: a replaced file (new version) is taken
-    # again, an unchanged one never twice, and nothing is skipped whatever the listing order.
-    seen: dict[str, str] = json.loads(cursor) if cursor else {}
-    changed = [f for f in files if seen.get(f.key) != f.version]
-    return changed, json.dumps({f.key: f.version for f in files}, sort_keys=True)
 
 
 def daily_keys(cursor: str | None) -> set[str]:
