@@ -554,3 +554,18 @@ def test_the_inbox_sensor_asks_for_an_import_of_the_newest_day_when_annotations_
         assert [r.partition_key for r in after.run_requests] == [DAY2]
         assert after.run_requests[0].run_key != first.run_requests[0].run_key
         assert tick(after.cursor).run_requests == []
+
+
+def test_a_personal_access_token_works_and_its_access_token_is_renewed(server):
+    legacy = LabelStudioClient(server.url, server.credentials().token)
+    pat = legacy.post("/api/token/", {})["token"]  # the user's personal access token
+    client = LabelStudioClient(server.url, pat)
+    assert client.personal_access_token
+    title = f"flywheel-test-{uuid.uuid4().hex[:8]}"
+    project = client.ensure_project(title, LABELING.labeling_config())
+    assert client.project_id(title) == project
+    client._access = "expired"  # what an access token past its lifetime gets: a 401
+    assert client.get(f"/api/projects/{project}")["title"] == title
+    assert client._access != "expired"
+    with pytest.raises(LabelStudioError, match="refused the personal access token: HTTP 401"):
+        LabelStudioClient(server.url, pat[:-4] + "AAAA").get("/api/projects")
