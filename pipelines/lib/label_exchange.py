@@ -145,7 +145,6 @@ class LabelStudioExchange(LabelExchange):
         found = client.tasks(
             project,
             [_filter("data.batch_id", "equal", "String", batch_id)],
-            fields="all",
         )
         existing = {t["data"].get("task_id"): t for t in found}
         wanted = {t["data"]["task_id"] for t in tasks}

@@ -127,17 +127,10 @@ class LabelStudioClient:
     def ensure_project(self, title: str, label_config: str, description: str = "") -> int:
         """The id of the project named `title`, created if absent; its labeling config kept
         equal to `label_config`."""
-        found = [p for p in self._projects(title) if p.get("title") == title]
-        if len(found) > 1:
-            ids = sorted(p["id"] for p in found)
-            raise LabelStudioError(
-                f"Label Studio at {self.url} has {len(found)} projects titled {title!r} "
-                f"(ids {ids}): rename all but one"
-            )
-        if not found:
+        project = self._project(title)
+        if project is None:
             body = {"title": title, "label_config": label_config, "description": description}
             return int(self.post("/api/projects", body)["id"])
-        project = found[0]
         if (project.get("label_config") or "").strip() != label_config.strip():
             self.request(
                 "PATCH", f"/api/projects/{project['id']}", json={"label_config": label_config}
@@ -146,7 +139,18 @@ class LabelStudioClient:
 
     def project_id(self, title: str) -> int | None:
         """The id of the project named `title`, None if there is none."""
-        found = [int(p["id"]) for p in self._projects(title) if p.get("title") == title]
+        project = self._project(title)
+        return None if project is None else int(project["id"])
+
+    def _project(self, title: str) -> dict[str, Any] | None:
+        """The one project named `title`; an error if several are."""
+        found = [p for p in self._projects(title) if p.get("title") == title]
+        if len(found) > 1:
+            ids = sorted(p["id"] for p in found)
+            raise LabelStudioError(
+                f"Label Studio at {self.url} has {len(found)} projects titled {title!r} "
+                f"(ids {ids}): rename all but one"
+            )
         return found[0] if found else None
 
     def _projects(self, title: str) -> Iterator[dict[str, Any]]:
