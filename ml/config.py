@@ -93,6 +93,11 @@ class TrainConfig:
     # Deterministic kernels cost speed on GPUs; CPU training is deterministic without it.
     deterministic: bool = False
     gradient_clip_val: float | None = 1.0
+    # "graphed": each step's forward, backward and clipping replayed as a CUDA graph (manual
+    # optimisation; eager where no graph can be used, said in the log). "plain": Lightning's
+    # automatic optimisation. "auto": graphed on one CUDA device without gradient accumulation
+    # or fp16 loss scaling, plain elsewhere.
+    step: Literal["auto", "graphed", "plain"] = "auto"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from ml.data import TabularDataModule
 from ml.models import TabularClassifier
 
 LAST_CHECKPOINT = "last.ckpt"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -52,6 +54,35 @@ def resolve_strategy(strategy: str, devices: int | str | Sequence[int]) -> str:
     return "ddp" if isinstance(n, int) and n > 1 else "auto"
 
 
+def plain_step_reason(config: TrainConfig) -> str | None:
+    """Why "auto" trains with Lightning's plain step rather than a graphed one (None: it does
+    not). A CUDA graph replays one device's fixed work: no DDP, no accumulation, no loss scaler;
+    asking for "graphed" with one of them is an error."""
+    if config.step == "plain":
+        return "the training config asks for the plain step"
+    conflict = _graph_conflict(config)
+    if config.step == "graphed":
+        if conflict is not None:
+            raise ValueError(
+                f'TrainConfig(step="graphed") cannot train with {conflict}: '
+                'use step="auto" or "plain"'
+            )
+        return None
+    on_cuda = config.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    return conflict if on_cuda else "no CUDA device"
+
+
+def _graph_conflict(config: TrainConfig) -> str | None:
+    strategy = resolve_strategy(config.strategy, config.devices)
+    if strategy != "auto":
+        return f"strategy {strategy}"
+    if config.accumulate_grad_batches != 1:
+        return "gradient accumulation"
+    if resolve_precision(config.precision, config.accelerator) in ("16-mixed", "16"):
+        return "fp16 loss scaling"
+    return None
+
+
 def device_name(device: torch.device) -> str:
     """Return a human-readable name of the device a run used."""
     if device.type == "cuda":
@@ -63,7 +94,7 @@ def build_module(
     datamodule: TabularDataModule, model_config: ModelConfig, train_config: TrainConfig
 ) -> TabularClassifier:
     """Create a classifier sized for the datamodule's fitted preprocessor."""
-    return TabularClassifier(
+    module = TabularClassifier(
         datamodule.cardinalities,
         datamodule.n_numeric_inputs,
         model=model_config,
@@ -71,6 +102,12 @@ def build_module(
         weight_decay=train_config.weight_decay,
         preprocessor=datamodule.preprocessor.to_dict(),
     )
+    reason = plain_step_reason(train_config)
+    if reason is None:
+        module.use_manual_step(graphs=True, clip=train_config.gradient_clip_val)
+    else:
+        log.info("training step: plain (%s)", reason)
+    return module
 
 
 def standard_callbacks(config: TrainConfig, extra: Sequence[L.Callback] = ()) -> list[L.Callback]:
@@ -103,7 +140,11 @@ def build_trainer(
     logger: Logger | bool = False,
     enable_progress_bar: bool = False,
 ) -> L.Trainer:
-    """Create the Trainer for ``config``; checkpointing is on when ``checkpoint_dir`` is set."""
+    """Create the Trainer for ``config``; checkpointing is on when ``checkpoint_dir`` is set.
+
+    A graphed step clips its own gradients (inside the graph): Lightning's clipping is off then.
+    """
+    manual = plain_step_reason(config) is None
     return L.Trainer(
         accelerator=config.accelerator,
         devices=config.devices,
@@ -111,7 +152,7 @@ def build_trainer(
         precision=resolve_precision(config.precision, config.accelerator),
         max_epochs=config.max_epochs,
         accumulate_grad_batches=config.accumulate_grad_batches,
-        gradient_clip_val=config.gradient_clip_val,
+        gradient_clip_val=None if manual else config.gradient_clip_val,
         deterministic=config.deterministic,
         callbacks=standard_callbacks(config, callbacks),
         logger=logger,

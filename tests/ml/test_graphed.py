@@ -1,0 +1,168 @@
+"""The graphed training step: same results as Lightning's plain step, a clean, logged fallback.
+
+On CPU (this machine, CI) the graphed step's manual optimisation runs eagerly and must match
+the plain step exactly; a capture that fails falls back to the same eager step. The CUDA tests
+compare replayed graphs with eager steps on a GPU and only run where one is present.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ml.graphed
+from ml.config import ModelConfig, TrainConfig
+from ml.data import TabularDataModule
+from ml.graphed import GraphedStep
+from ml.training import plain_step_reason, train
+
+# Dropout on, clipping on (the default 1.0) and a short last batch (3000 rows, batch 256).
+MODEL = ModelConfig(arch="resmlp", width=32, depth=2, dropout=0.2)
+CONFIG = TrainConfig(max_epochs=3, batch_size=256, lr=3e-3, early_stopping_patience=None)
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(scope="module")
+def datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
+    return TabularDataModule(splits["train"], splits["val"], batch_size=256)
+
+
+def test_graphed_step_on_cpu_runs_eagerly_with_the_plain_steps_results(
+    datamodule: TabularDataModule, caplog: pytest.LogCaptureFixture
+) -> None:
+    plain = train(datamodule, MODEL, replace(CONFIG, step="plain"))
+    with caplog.at_level(logging.WARNING, logger="ml.graphed"):
+        graphed = train(datamodule, MODEL, replace(CONFIG, step="graphed"))
+
+    assert graphed.optimizer_steps == plain.optimizer_steps == 3 * 12  # ceil(3000 / 256) a epoch
+    assert graphed.history == plain.history
+    eager = [r.getMessage() for r in caplog.records if r.name == "ml.graphed"]
+    assert eager == [
+        "training step runs eagerly: CUDA graphs need the batch and the parameters on a CUDA device"
+    ]
+
+
+def test_auto_is_plain_without_a_single_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert plain_step_reason(TrainConfig()) == "no CUDA device"
+    assert plain_step_reason(TrainConfig(step="graphed")) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert plain_step_reason(TrainConfig()) is None
+    assert plain_step_reason(TrainConfig(accelerator="cpu")) == "no CUDA device"
+    assert plain_step_reason(TrainConfig(devices=2)) == "strategy ddp"
+    assert plain_step_reason(TrainConfig(accumulate_grad_batches=2)) == "gradient accumulation"
+    assert plain_step_reason(TrainConfig(precision="16-mixed")) == "fp16 loss scaling"
+    assert plain_step_reason(TrainConfig(step="plain")) == (
+        "the training config asks for the plain step"
+    )
+    # Asked for explicitly, a graphed step that cannot be right is refused, not bent.
+    with pytest.raises(ValueError, match="cannot train with gradient accumulation"):
+        plain_step_reason(TrainConfig(step="graphed", accumulate_grad_batches=4))
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 1))
+
+
+def _batch(rows: int, seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(rows, 4, generator=gen), torch.randint(0, 2, (rows,), generator=gen)]
+
+
+def _loss_of(net: nn.Module) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+    def loss(batch: list[torch.Tensor]) -> torch.Tensor:
+        x, y = batch
+        return F.binary_cross_entropy_with_logits(net(x).squeeze(-1), y.float())
+
+    return loss
+
+
+def test_eager_step_leaves_the_clipped_gradients_of_the_batch() -> None:
+    net, reference = _net(), _net()
+    batch = _batch(64, seed=1)
+    step = GraphedStep(_loss_of(net), list(net.parameters()), clip=0.01)
+
+    loss = step(batch)
+
+    expected = _loss_of(reference)(batch)
+    expected.backward()
+    nn.utils.clip_grad_norm_(reference.parameters(), 0.01)
+    assert loss.item() == pytest.approx(expected.item())
+    assert not loss.requires_grad
+    for got, want in zip(net.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad)
+    total = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in net.parameters()]))
+    assert total.item() == pytest.approx(0.01, rel=1e-4)
+    # A second step's gradients are its batch's alone, not accumulated.
+    step(_batch(64, seed=2))
+    reference.zero_grad()
+    _loss_of(reference)(_batch(64, seed=2)).backward()
+    nn.utils.clip_grad_norm_(reference.parameters(), 0.01)
+    for got, want in zip(net.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_a_failed_capture_is_logged_once_and_the_step_goes_on_eagerly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    net, reference = _net(), _net()
+    step = GraphedStep(_loss_of(net), list(net.parameters()), clip=1.0)
+    # As on a CUDA device after its warm-up: the next step tries a capture, which fails here.
+    monkeypatch.setattr(ml.graphed, "WARMUP_STEPS", 0)
+    monkeypatch.setattr(GraphedStep, "_on_cuda", lambda self, batch: True)
+
+    with caplog.at_level(logging.WARNING, logger="ml.graphed"):
+        losses = [step(_batch(32, seed=s)).item() for s in range(3)]
+
+    assert len(caplog.records) == 1
+    assert caplog.records[0].getMessage().startswith("training step runs eagerly: capture failed (")
+    assert (step.replays, step.eager_steps, step.graphs) == (0, 3, {})
+    want = [_loss_of(reference)(_batch(32, seed=s)).item() for s in range(3)]
+    assert losses == pytest.approx(want)
+    assert all(p.grad is not None for p in net.parameters())
+
+
+@cuda
+def test_replayed_graphs_match_eager_steps_on_cuda(splits: dict[str, pd.DataFrame]) -> None:
+    # No dropout: eager and replayed steps draw their random numbers differently.
+    model = replace(MODEL, dropout=0.0)
+    config = replace(CONFIG, accelerator="gpu", precision="32-true", max_epochs=5)
+    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    plain = train(dm, model, replace(config, step="plain"))
+    graphed = train(dm, model, replace(config, step="graphed"))
+    assert graphed.optimizer_steps == plain.optimizer_steps
+    for got, want in zip(graphed.history, plain.history, strict=True):
+        assert got == pytest.approx(want, abs=2e-3)
+
+
+@cuda
+def test_a_step_replays_its_graph_after_warm_up_on_cuda() -> None:
+    net = _net().cuda()
+    step = GraphedStep(_loss_of(net), list(net.parameters()), clip=1.0)
+    reference = _net().cuda()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    ref_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    # Full batches of 32 and a short one of 7, as an epoch of 103 rows would give.
+    shapes = [32, 32, 32, 7] * 5
+    for i, rows in enumerate(shapes):
+        batch = [t.cuda() for t in _batch(rows, seed=i)]
+        loss = step(batch).clone()
+        optimizer.step()
+        ref_optimizer.zero_grad()
+        want = _loss_of(reference)(batch)
+        want.backward()
+        nn.utils.clip_grad_norm_(reference.parameters(), 1.0)
+        ref_optimizer.step()
+        torch.testing.assert_close(loss, want.detach(), rtol=1e-4, atol=1e-5)
+    assert len(step.graphs) == 2
+    assert step.replays == len(shapes) - step.eager_steps
+    assert step.eager_steps == 2 * ml.graphed.WARMUP_STEPS
