@@ -144,3 +144,39 @@ def test_study_killed_by_sigkill_continues_with_its_trials(
     assert result.n_complete == 3 and len(after) == 3
     assert all(t.state == TrialState.COMPLETE for t in after)
     assert after[0].params == before[0].params and after[0].value == before[0].value
+
+
+def test_k_trials_at_once_give_the_results_of_the_same_trials_one_after_another(
+    datamodule: TabularDataModule, tmp_path: Path
+) -> None:
+    # Four fixed trials (as seeded suggestions would be), run by one worker and by two at once.
+    trials = [
+        GOOD,
+        GOOD | {"lr": 3e-3, "dropout": 0.2},
+        GOOD | {"width": 16, "depth": 1, "weight_decay": 1e-3},
+        BAD,
+    ]
+    outcomes = {}
+    for workers in (1, 2):
+        config = _config(
+            tmp_path,
+            n_trials=4,
+            storage=str(tmp_path / f"k{workers}.journal"),
+            workers=workers,
+            pruning=False,
+        )
+        study = create_study(config, max_epochs=TRAIN.max_epochs)
+        for params in trials:
+            study.enqueue_trial(params)
+        assert tune(datamodule, config, ModelConfig(), TRAIN).n_complete == 4
+        done = create_study(config, max_epochs=TRAIN.max_epochs).get_trials()
+        outcomes[workers] = {
+            tuple(sorted(t.params.items())): (t.value, t.user_attrs["history"]) for t in done
+        }
+        assert {t.user_attrs["worker"] for t in done} == set(range(workers))
+
+    assert outcomes[1].keys() == outcomes[2].keys() and len(outcomes[1]) == 4
+    for params, (value, history) in outcomes[1].items():
+        # Each worker process trains with its share of the cores; sums may be reordered.
+        assert outcomes[2][params][0] == pytest.approx(value, abs=1e-4)
+        assert len(outcomes[2][params][1]) == len(history) == TRAIN.max_epochs

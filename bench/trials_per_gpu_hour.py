@@ -1,0 +1,171 @@
+"""Tuning trials per device-hour with K trials at once on one device (K worker processes).
+
+The same N trial configurations (a fixed spread over the search space, as a study would draw
+them) are split over K processes that train at once on the one device, as `TuneConfig.workers`
+tuning workers do; K = 1 runs them one after another. Trials per hour count from the first
+trial's start to the last one's end (process start-up, which a long study pays once, is left
+out and shown apart). The GPU's busy share is sampled through NVML over the same span.
+
+Needs only ``ml/``, torch, lightning, numpy, pandas, pyarrow (and the NVML bindings), so it runs
+as is on a GPU machine:
+
+    python -m bench.trials_per_gpu_hour --k 1 2 4 8 --trials 16 --rows 200000 --epochs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+
+import torch
+
+from bench.train_throughput import BusySampler
+from ml.config import ModelConfig, SearchSpace, TrainConfig
+from ml.data import TabularDataModule
+from ml.synthetic import make_flights
+from ml.training import train
+
+
+def trial_configs(n: int) -> list[tuple[ModelConfig, float]]:
+    """N (model, learning rate) pairs spread over the search space; the same for every K."""
+    space, rng = SearchSpace(), random.Random(0)
+    return [
+        (
+            ModelConfig(
+                arch=rng.choice(space.arch),
+                width=rng.choice(space.width),
+                depth=rng.randint(*space.depth),
+                dropout=rng.uniform(*space.dropout),
+            ),
+            10 ** rng.uniform(-4, -1.5),
+        )
+        for _ in range(n)
+    ]
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Train this worker's share of the trials; one JSON line per trial on standard output."""
+    if args.device == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.workers))
+    logging.basicConfig(level=logging.ERROR)
+    dm = TabularDataModule(
+        make_flights(args.rows, seed=0),
+        make_flights(max(args.rows // 5, 1000), seed=1, unseen=True),
+        batch_size=args.batch_size,
+    )
+    print(json.dumps({"ready": time.time()}), flush=True)
+    for number, (model, lr) in enumerate(trial_configs(args.trials)):
+        if number % args.workers != args.index:
+            continue
+        config = TrainConfig(
+            lr=lr,
+            batch_size=args.batch_size,
+            max_epochs=args.epochs,
+            accelerator=args.device,
+            early_stopping_patience=None,
+            seed=number,
+        )
+        start = time.time()
+        result = train(dm, model, config)
+        peak = torch.cuda.max_memory_allocated() / 2**20 if args.device == "gpu" else None
+        line = {
+            "trial": number,
+            "start": start,
+            "end": time.time(),
+            "val_logloss": result.best_metrics.get("val/logloss"),
+            "peak_mib": peak,
+            "model": asdict(model),
+        }
+        print(json.dumps(line), flush=True)
+
+
+def run_k(k: int, args: argparse.Namespace, sampler: BusySampler) -> dict[str, float | None]:
+    """Start K workers on the trials, wait for them; their throughput."""
+    began = time.time()
+    command = [sys.executable, "-m", "bench.trials_per_gpu_hour", "--worker"]
+    options = [
+        *("--workers", str(k), "--trials", str(args.trials), "--rows", str(args.rows)),
+        *("--epochs", str(args.epochs), "--batch-size", str(args.batch_size)),
+        *("--device", args.device),
+    ]
+    with sampler.sampling() as busy:
+        procs = [
+            subprocess.Popen(
+                [*command, str(i), *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            for i in range(k)
+        ]
+        outputs = [p.communicate() for p in procs]
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        if proc.returncode != 0:
+            raise SystemExit(f"a worker failed ({proc.returncode}):\n{err.decode()[-3000:]}")
+    lines = [json.loads(x) for out, _ in outputs for x in out.decode().splitlines() if x.strip()]
+    trials = [x for x in lines if "trial" in x]
+    ready = max(x["ready"] for x in lines if "ready" in x)
+    first, last = min(t["start"] for t in trials), max(t["end"] for t in trials)
+    inside = [v for t, v in busy if first <= t <= last]
+    peaks = [t["peak_mib"] for t in trials if t["peak_mib"] is not None]
+    return {
+        "k": k,
+        "trials": len(trials),
+        "seconds": last - first,
+        "startup_s": ready - began,
+        "trials_per_hour": 3600 * len(trials) / (last - first),
+        "busy": statistics.fmean(inside) if inside else None,
+        "peak_mib": max(peaks) if peaks else None,
+        "best_logloss": min(t["val_logloss"] for t in trials),
+    }
+
+
+def main() -> None:
+    """Run every K and print trials per hour beside K = 1."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--trials", type=int, default=16)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--device", default="gpu" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--worker", type=int, dest="index", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.device = "gpu" if args.device in ("cuda", "gpu") else args.device
+    if args.index is not None:
+        worker(args)
+        return
+    device = torch.cuda.get_device_name() if args.device == "gpu" else f"cpu x{os.cpu_count()}"
+    sampler = BusySampler(args.device, clock=time.time)  # the workers' clock
+    results = []
+    for k in args.k:
+        print(f"K={k}: {args.trials} trials ...", flush=True)
+        results.append(run_k(k, args, sampler))
+    base = results[0]["trials_per_hour"]
+    print(
+        f"\ndevice={device} rows={args.rows:,} epochs={args.epochs} batch={args.batch_size} "
+        f"trials={args.trials}\n"
+    )
+    print("| K | trials | s (first start to last end) | trials per hour | x K=1 | GPU busy % |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        busy = f"{r['busy']:.0f}" if r["busy"] is not None else "n/a"
+        print(
+            f"| {r['k']} | {r['trials']} | {r['seconds']:.1f} | {r['trials_per_hour']:,.0f} | "
+            f"{r['trials_per_hour'] / base:.2f} | {busy} |"
+        )
+    print("\nworker start-up (imports, data, to the first trial), s:", end=" ")
+    print(", ".join(f"K={r['k']}: {r['startup_s']:.1f}" for r in results))
+    peaks = [f"K={r['k']}: {r['peak_mib']:,.0f}" for r in results if r["peak_mib"] is not None]
+    if peaks:
+        print("peak MiB allocated by one worker:", ", ".join(peaks))
+
+
+if __name__ == "__main__":
+    main()
