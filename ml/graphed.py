@@ -65,6 +65,10 @@ class GraphedStep:
         self._grads_of: _Graph | None = None
         self.replays = 0
         self.eager_steps = 0
+        # One side stream for every warm-up and capture: cuBLAS keeps a workspace per stream,
+        # which must exist before a capture on that stream (PyTorch's make_graphed_callables
+        # warms up and captures on one stream for the same reason).
+        self._stream: torch.cuda.Stream | None = None
 
     def __call__(self, batch: Batch) -> Tensor:
         """The batch's loss, with gradients computed and clipped; the optimizer steps after."""
@@ -103,8 +107,13 @@ class GraphedStep:
         self.eager_reason = reason
         log.warning("training step runs eagerly: %s", reason)
 
+    def _side_stream(self) -> torch.cuda.Stream:
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        return self._stream
+
     def _eager(self, batch: Batch, side_stream: bool = False) -> Tensor:
-        stream = torch.cuda.Stream() if side_stream else None
+        stream = self._side_stream() if side_stream else None
         if stream is not None:
             stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream) if stream is not None else nullcontext():
@@ -133,7 +142,7 @@ class GraphedStep:
             param.grad = None
         try:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph), _autocast_without_cache():
+            with torch.cuda.graph(graph, stream=self._side_stream()), _autocast_without_cache():
                 loss = self.loss_fn(inputs)
                 loss.backward()
                 self._clip()
