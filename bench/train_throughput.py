@@ -194,13 +194,17 @@ def plain_loop_epochs(
 def measure(
     path: str, dm: TabularDataModule, args: argparse.Namespace, config: TrainConfig
 ) -> tuple[int, list[Window], str]:
-    """Run one path; the rows it trained on, its epochs' (start, end) and a note."""
+    """Run one path; the rows it trained on, its epochs' (start, end) and a note.
+
+    Only (e) takes the graphed step; the Lightning baselines take Lightning's plain one.
+    """
     tensors = dm.splits["train"]
     rows = tensors[0].shape[0]
-    if path == "a":
-        return rows, *lightning_epochs(dm, None, args, config)
     if path == "e":
         return rows, *lightning_epochs(dm, None, args, replace(config, step="graphed"))
+    config = replace(config, step="plain")
+    if path == "a":
+        return rows, *lightning_epochs(dm, None, args, config)
     if path == "b":
         return rows, *plain_loop_epochs(dm, args, config)
     if path == "c":
