@@ -99,13 +99,15 @@ class TabularDataModule(L.LightningDataModule):
         eval_batch_size: int | None = None,
         seed: int = 0,
         preprocessor: Preprocessor | None = None,
+        min_steps_per_epoch: int = 1,
     ):
         super().__init__()
         features = preprocessor.features if preprocessor else features or FeatureConfig()
         frames = {"train": train, "val": val} | ({"test": test} if test is not None else {})
         frames = {name: _read(split, features) for name, split in frames.items()}
         self.preprocessor = preprocessor or Preprocessor.fit(frames["train"], features)
-        self.batch_size = batch_size
+        self.requested_batch_size = batch_size
+        self.batch_size = training_batch_size(len(frames["train"]), batch_size, min_steps_per_epoch)
         self.eval_batch_size = eval_batch_size or 4 * batch_size
         self.seed = seed
         self.splits: dict[str, Batch] = {k: self._tensors(f) for k, f in frames.items()}
@@ -150,6 +152,16 @@ class TabularDataModule(L.LightningDataModule):
     def n_numeric_inputs(self) -> int:
         """Numeric input width of the fitted preprocessor."""
         return self.preprocessor.n_numeric_inputs
+
+
+def training_batch_size(rows: int, batch_size: int, min_steps_per_epoch: int = 1) -> int:
+    """The batch size that gives an epoch of ``rows`` at least ``min_steps_per_epoch`` steps,
+    ``batch_size`` at most. A small dataset (a bootstrap's few thousand labels) at a batch of
+    1,024 would give a few steps an epoch, and a tuning budget counted in epochs would leave
+    its network barely trained."""
+    if min_steps_per_epoch < 1:
+        raise ValueError(f"min_steps_per_epoch must be 1 or more, not {min_steps_per_epoch}")
+    return max(1, min(batch_size, math.ceil(rows / min_steps_per_epoch)))
 
 
 def _read(split: Split, features: FeatureConfig) -> pd.DataFrame:

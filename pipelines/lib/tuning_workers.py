@@ -59,15 +59,22 @@ class DatasetRef:
     task: str
     dvc_hash: str
     seed: int
+    min_steps_per_epoch: int = 1
 
 
-def datamodule_for(folder: Path, features: FeatureConfig, seed: int) -> TabularDataModule:
+def datamodule_for(
+    folder: Path, features: FeatureConfig, seed: int, min_steps_per_epoch: int = 1
+) -> TabularDataModule:
     """The datamodule the challenger is tuned and refitted on: the version's train and
     validation files (the training step and every worker build it alike)."""
     from ml.data import TabularDataModule
 
     return TabularDataModule(
-        folder / "train.parquet", folder / "validation.parquet", features=features, seed=seed
+        folder / "train.parquet",
+        folder / "validation.parquet",
+        features=features,
+        seed=seed,
+        min_steps_per_epoch=min_steps_per_epoch,
     )
 
 
@@ -329,7 +336,7 @@ def pod_main(environ: dict[str, str] | None = None) -> None:
     dataset = DatasetRef(**payload["dataset"])
     folder = dataset_store().fetch(dataset.dvc_hash)
     features = load_model_spec(load_task(dataset.task)).features
-    datamodule = datamodule_for(folder, features, dataset.seed)
+    datamodule = datamodule_for(folder, features, dataset.seed, dataset.min_steps_per_epoch)
     run_worker(payload["study"], datamodule, int(environ[INDEX_VARIABLE]))
 
 

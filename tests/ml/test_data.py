@@ -3,9 +3,10 @@
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 
-from ml.data import EpochOrder, TabularDataModule
+from ml.data import EpochOrder, TabularDataModule, training_batch_size
 
 
 def test_batch_shapes_and_dtypes(splits: dict[str, pd.DataFrame]) -> None:
@@ -59,3 +60,18 @@ def test_reads_parquet_paths(parquet_splits: dict[str, Path], splits: dict[str, 
     assert from_paths.preprocessor == from_frames.preprocessor
     for a, b in zip(from_paths.splits["val"], from_frames.splits["val"], strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_small_training_split_takes_smaller_batches(splits: dict[str, pd.DataFrame]) -> None:
+    assert training_batch_size(3000, 1024, 32) == 94
+    assert training_batch_size(100_000, 1024, 32) == 1024
+    assert training_batch_size(10, 1024, 32) == 1
+    assert training_batch_size(3000, 1024) == 1024  # one step an epoch is all it asks
+    with pytest.raises(ValueError, match="min_steps_per_epoch must be 1 or more"):
+        training_batch_size(3000, 1024, 0)
+
+    dm = TabularDataModule(splits["train"], splits["val"], batch_size=1024, min_steps_per_epoch=32)
+
+    assert (dm.batch_size, dm.requested_batch_size) == (94, 1024)
+    assert len(dm.train_dataloader()) == 32
+    assert dm.eval_batch_size == 4096  # evaluation batches are not what an epoch's steps count

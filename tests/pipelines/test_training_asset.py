@@ -137,6 +137,8 @@ def test_challenger_is_tuned_tracked_and_registered(
         steps = [m.step for m in client.get_metric_history(trial.info.run_id, "val/logloss")]
         assert steps == list(range(int(trial.data.metrics["trial/epochs_run"])))
     assert {"val/auroc", "baseline/logistic_regression/auroc"} <= set(parent.data.metrics)
+    # 1,500 training rows take batches of 47, not 1,024: 32 steps an epoch, as configured.
+    assert parent.data.params["batch_size"] == "47"
     version = client.get_model_version(MODEL, "1")
     assert version.run_id == parent.info.run_id
 

@@ -1,7 +1,7 @@
 """The challenger model: tuned with Optuna, tracked and registered in MLflow."""
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,9 @@ class TrainingConfig(dg.Config):
     # Workers on the study (processes, or pods on Kubernetes); above 1 they need an RDB storage
     # (heartbeats, retries).
     workers: int = 1
+    # A small dataset trains in smaller batches, so that every epoch takes at least this many
+    # optimizer steps (a bootstrap's 3,000 labels at a batch of 1,024 would take 3).
+    min_steps_per_epoch: int = 32
 
 
 @dataclass(frozen=True)
@@ -143,9 +146,12 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
         # One study per dataset version: a retried run resumes it, a larger n_trials extends it.
         study = f"{task_name}-{dataset.dvc_hash[:12]}"
         tune_config, train_config = ml_configs(config, study, tuning_storage)
-        datamodule = datamodule_for(dataset.path, features, config.seed)
+        datamodule = datamodule_for(dataset.path, features, config.seed, config.min_steps_per_epoch)
+        # The batch the data module trains with, as the run's parameters record it.
+        train_config = replace(train_config, batch_size=datamodule.batch_size)
         launcher = tuning_workers.launcher(
-            DatasetRef(task_name, dataset.dvc_hash, config.seed), context.run_id
+            DatasetRef(task_name, dataset.dvc_hash, config.seed, config.min_steps_per_epoch),
+            context.run_id,
         )
         tags = {
             "dataset.dvc_hash": dataset.dvc_hash,
