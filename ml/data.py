@@ -156,9 +156,9 @@ class TabularDataModule(L.LightningDataModule):
 
 def training_batch_size(rows: int, batch_size: int, min_steps_per_epoch: int = 1) -> int:
     """The batch size that gives an epoch of ``rows`` at least ``min_steps_per_epoch`` steps,
-    ``batch_size`` at most. A small dataset (a bootstrap's few thousand labels) at a batch of
-    1,024 would give a few steps an epoch, and a tuning budget counted in epochs would leave
-    its network barely trained."""
+    ``batch_size`` at most. A small dataset (a bootstrap's 900 training rows) at a batch of
+    1,024 would give one step an epoch, and a tuning budget counted in epochs would leave its
+    network barely trained."""
     if min_steps_per_epoch < 1:
         raise ValueError(f"min_steps_per_epoch must be 1 or more, not {min_steps_per_epoch}")
     return max(1, min(batch_size, math.ceil(rows / min_steps_per_epoch)))

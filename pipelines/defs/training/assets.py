@@ -48,7 +48,7 @@ class TrainingConfig(dg.Config):
     # (heartbeats, retries).
     workers: int = 1
     # A small dataset trains in smaller batches, so that every epoch takes at least this many
-    # optimizer steps (a bootstrap's 3,000 labels at a batch of 1,024 would take 3).
+    # optimizer steps (a bootstrap's 900 training rows at a batch of 1,024 would take one).
     min_steps_per_epoch: int = 32
 
 
