@@ -53,7 +53,6 @@ class Row:
     path: str
     precision: str
     batch: int
-    rows: int
     samples_per_s: float
     busy_percent: float | None
     peak_mib: float | None
@@ -212,7 +211,8 @@ def measure(
         return rows, *lightning_epochs(dm, loader, args, config)
     small = tuple(t[: args.per_row_rows] for t in tensors)
     loader = _loader(RowDataset(small), config.batch_size)
-    return small[0].shape[0], *lightning_epochs(dm, loader, args, config)
+    windows, _ = lightning_epochs(dm, loader, args, config)
+    return small[0].shape[0], windows, f"on its first {small[0].shape[0]:,} rows"
 
 
 def _model(args: argparse.Namespace) -> ModelConfig:
@@ -304,7 +304,6 @@ def main() -> None:
                     path,
                     precision,
                     batch,
-                    n,
                     _rate(n, windows),
                     _busy(busy, windows),
                     peak,

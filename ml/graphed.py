@@ -54,13 +54,11 @@ class GraphedStep:
         loss_fn: LossFn,
         params: Sequence[nn.Parameter],
         clip: float | None = None,
-        enabled: bool = True,
     ):
         self.loss_fn, self.params, self.clip = loss_fn, list(params), clip
-        self.enabled = enabled
         self.graphs: dict[tuple[tuple[int, ...], ...], _Graph] = {}
         self.warmups: dict[tuple[tuple[int, ...], ...], int] = {}
-        self.eager_reason: str | None = None if enabled else "graphs are off"
+        self.eager_reason: str | None = None
         # The graph whose gradient buffers the parameters' .grad hold now (None: eager ones).
         self._grads_of: _Graph | None = None
         self.replays = 0
@@ -74,7 +72,7 @@ class GraphedStep:
         """The batch's loss, with gradients computed and clipped; the optimizer steps after."""
         key = tuple(tuple(t.shape) for t in batch)
         graph = self.graphs.get(key)
-        if graph is None and self._can_capture(batch, key):
+        if graph is None and self._can_capture(batch):
             if self.warmups.get(key, 0) < WARMUP_STEPS:
                 self.warmups[key] = self.warmups.get(key, 0) + 1
                 return self._eager(batch, side_stream=True)
@@ -95,7 +93,7 @@ class GraphedStep:
     def _on_cuda(self, batch: Batch) -> bool:
         return all(t.is_cuda for t in (*batch, *self.params))
 
-    def _can_capture(self, batch: Batch, key: tuple[tuple[int, ...], ...]) -> bool:
+    def _can_capture(self, batch: Batch) -> bool:
         if self.eager_reason is None and not self._on_cuda(batch):
             self._give_up("CUDA graphs need the batch and the parameters on a CUDA device")
         if self.eager_reason is None and len(self.graphs) >= MAX_GRAPHS:
@@ -103,9 +101,10 @@ class GraphedStep:
             return False
         return self.eager_reason is None
 
-    def _give_up(self, reason: str) -> None:
+    def _give_up(self, reason: str, error: Exception | None = None) -> None:
         self.eager_reason = reason
-        log.warning("training step runs eagerly: %s", reason)
+        # A failed capture's traceback goes with the warning: it says what to mend.
+        log.warning("training step runs eagerly: %s", reason, exc_info=error)
 
     def _side_stream(self) -> torch.cuda.Stream:
         if self._stream is None:
@@ -149,7 +148,7 @@ class GraphedStep:
         except Exception as error:  # any capture failure: logged, and the step runs eagerly
             for param in self.params:
                 param.grad = None
-            self._give_up(f"capture failed ({type(error).__name__}: {error})")
+            self._give_up(f"capture failed ({type(error).__name__}: {error})", error)
             return None
         captured = _Graph(graph, inputs, loss.detach(), [p.grad for p in self.params])
         self.graphs[key] = captured

@@ -159,7 +159,6 @@ class TabularClassifier(L.LightningModule):
         self._train_rows = 0
         self.step: GraphedStep | None = None
         self._clip: float | None = None
-        self._graphs = False
         self.val_loss = MeanMetric()
         self.val_logloss = MeanMetric()
         self.val_auroc = BinaryAUROC()
@@ -168,12 +167,12 @@ class TabularClassifier(L.LightningModule):
         """Return logits for a batch."""
         return self.net(categorical, numeric)
 
-    def use_manual_step(self, graphs: bool, clip: float | None) -> None:
+    def use_manual_step(self, clip: float | None) -> None:
         """Optimise by hand: ``GraphedStep`` computes each step's gradients (replaying a CUDA
-        graph where ``graphs`` and the device allow, eagerly otherwise) and clips them to
-        ``clip``; Lightning's own clipping must then be off. Set before ``fit``."""
+        graph where the device allows, eagerly otherwise) and clips them to ``clip``;
+        Lightning's own clipping must then be off. Set before ``fit``."""
         self.automatic_optimization = False
-        self._graphs, self._clip = graphs, clip
+        self._clip = clip
 
     def _loss(self, batch: tuple[Tensor, Tensor, Tensor]) -> Tensor:
         categorical, numeric, y = batch
@@ -183,7 +182,7 @@ class TabularClassifier(L.LightningModule):
         """Build the manual step (its graphs are captured in the first steps)."""
         if not self.automatic_optimization:
             params = [p for p in self.parameters() if p.requires_grad]
-            self.step = GraphedStep(self._loss, params, self._clip, enabled=self._graphs)
+            self.step = GraphedStep(self._loss, params, self._clip)
 
     def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
         """One optimisation step on a batch; the epoch mean is logged without per-step syncs."""

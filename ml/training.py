@@ -104,7 +104,7 @@ def build_module(
     )
     reason = plain_step_reason(train_config)
     if reason is None:
-        module.use_manual_step(graphs=True, clip=train_config.gradient_clip_val)
+        module.use_manual_step(clip=train_config.gradient_clip_val)
     else:
         log.info("training step: plain (%s)", reason)
     return module
