@@ -173,7 +173,9 @@ def test_k_trials_at_once_give_the_results_of_the_same_trials_one_after_another(
         outcomes[workers] = {
             tuple(sorted(t.params.items())): (t.value, t.user_attrs["history"]) for t in done
         }
-        assert {t.user_attrs["worker"] for t in done} == set(range(workers))
+        # Which worker took which trial is a race (a loaded machine may start the second process
+        # after the first took all four); that both work is test_parallel_tuning's 12 trials.
+        assert {t.user_attrs["worker"] for t in done} <= set(range(workers))
 
     assert outcomes[1].keys() == outcomes[2].keys() and len(outcomes[1]) == 4
     for params, (value, history) in outcomes[1].items():
