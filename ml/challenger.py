@@ -1,8 +1,9 @@
-"""Select a challenger: tune, refit the best trial with checkpoints, score it beside baselines."""
+"""Select a challenger: tune, keep or refit the best trial's checkpoint, score it and baselines."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,12 +14,12 @@ from ml.data import TabularDataModule
 from ml.inference import load_predictor
 from ml.metrics import binary_metrics
 from ml.training import TrainResult, train
-from ml.tuning import TrialCallback, TuneResult, WorkerLauncher, tune
+from ml.tuning import KeptTrials, TrialCallback, TuneResult, WorkerLauncher, tune
 
 
 @dataclass
 class Challenger:
-    """The tuned, refitted model: its checkpoint, configs and validation scores beside baselines."""
+    """The tuned model: its checkpoint, configs and validation scores beside baselines."""
 
     tuning: TuneResult
     fit: TrainResult
@@ -66,16 +67,25 @@ def fit_challenger(
     trial_callback: TrialCallback | None = None,
     launcher: WorkerLauncher | None = None,
 ) -> Challenger:
-    """Tune, refit the best parameters with checkpoints in ``checkpoint_dir``, score on val.
+    """Tune, keep the best trial's checkpoint, score it on val beside the baselines.
 
-    Trials train without checkpoints, so the best parameters are trained once more (same seed)
-    to keep the best epoch's weights; the baselines see the same splits and preprocessing.
-    Parallel workers (``tune_config.workers``) are started by ``launcher`` (default: processes).
+    Trials run in this process checkpoint their best epoch (under ``checkpoint_dir``), and the
+    best one's is the challenger. A best trial that ran elsewhere (a worker process or pod, or an
+    earlier attempt of a resumed study) is trained once more with the same seed and data, with
+    checkpoints in ``checkpoint_dir``. Parallel workers (``tune_config.workers``) are started by
+    ``launcher`` (default: processes).
     """
-    tuning = tune(datamodule, tune_config, model_config, train_config, trial_callback, launcher)
+    kept = KeptTrials(Path(checkpoint_dir) / "trials")
+    tuning = tune(
+        datamodule, tune_config, model_config, train_config, trial_callback, launcher, kept
+    )
     best_model, best_train = configs_from_params(tuning.best_params, model_config, train_config)
-    best_train = replace(best_train, checkpoint_dir=checkpoint_dir)
-    fit = train(datamodule, best_model, best_train)
+    fit = kept.results.get(tuning.best_trial)
+    if fit is not None and fit.best_checkpoint is not None:
+        best_train = replace(best_train, checkpoint_dir=kept.checkpoint_dir(tuning.best_trial))
+    else:
+        best_train = replace(best_train, checkpoint_dir=checkpoint_dir)
+        fit = train(datamodule, best_model, best_train)
     if fit.best_checkpoint is None:
         raise RuntimeError(f"refit of trial {tuning.best_trial} wrote no checkpoint")
     return Challenger(

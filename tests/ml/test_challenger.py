@@ -1,4 +1,5 @@
-"""A challenger is the best trial refitted with checkpoints and scored like the baselines."""
+"""A challenger is the best trial's checkpoint (refitted when it ran elsewhere), scored like the
+baselines."""
 
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def test_configs_from_params_fill_both_configs() -> None:
         configs_from_params({"n_layers": 2}, ModelConfig(), TrainConfig())
 
 
-def test_challenger_is_the_refitted_best_trial(
+def test_challenger_is_the_best_trial_as_trained_or_refitted(
     splits: dict[str, pd.DataFrame], tmp_path: Path
 ) -> None:
     datamodule = TabularDataModule(splits["train"], splits["val"], batch_size=512)
@@ -32,13 +33,22 @@ def test_challenger_is_the_refitted_best_trial(
 
     challenger = fit_challenger(datamodule, tune, ModelConfig(), train, str(tmp_path / "ckpt"))
 
-    assert Path(challenger.checkpoint).parent == tmp_path / "ckpt"
+    # The trial ran here: its own best epoch's checkpoint, not a second training.
+    assert Path(challenger.checkpoint).parent == tmp_path / "ckpt" / "trials" / "trial-0000"
+    assert not list((tmp_path / "ckpt").glob("*.ckpt"))
     assert challenger.model_config.width == 16 and challenger.train_config.lr == pytest.approx(
         challenger.tuning.best_params["lr"]
     )
-    # Same seed and data: the refit reproduces the trial, and the checkpoint holds its best epoch.
-    assert challenger.fit.best_metrics["val/logloss"] == pytest.approx(
-        challenger.tuning.best_value, rel=1e-5
-    )
+    assert challenger.fit.best_metrics["val/logloss"] == challenger.tuning.best_value
     assert challenger.metrics["logloss"] == pytest.approx(challenger.tuning.best_value, rel=1e-4)
     assert set(challenger.baselines) == {"logistic_regression", "hist_gradient_boosting"}
+
+    # The study is done, so this call runs no trial: the best one ran in an earlier process and
+    # is trained again. Same seed and data: the refit reproduces the trial and its best epoch.
+    again = fit_challenger(datamodule, tune, ModelConfig(), train, str(tmp_path / "refit"))
+    assert again.tuning.best_trial == challenger.tuning.best_trial
+    assert Path(again.checkpoint).parent == tmp_path / "refit"
+    assert again.fit.best_metrics["val/logloss"] == pytest.approx(
+        challenger.tuning.best_value, rel=1e-5
+    )
+    assert again.metrics == pytest.approx(challenger.metrics, rel=1e-5)

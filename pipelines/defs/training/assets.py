@@ -139,7 +139,7 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
         dataset_store: DvcDatasetStore,
         tuning_workers: TuningWorkers,
     ) -> dg.MaterializeResult:
-        """Tune, refit and register a challenger model on the latest training dataset."""
+        """Tune, then register the best trial as the challenger of the latest training dataset."""
         from ml.challenger import fit_challenger
 
         dataset = latest_dataset(context.instance, dataset_store)
@@ -209,9 +209,12 @@ def log_challenger(
     }
     val = {f"val/{metric}": value for metric, value in challenger.metrics.items()}
     tuning = {"tuning/compute_seconds": challenger.tuning.total_compute_seconds}
-    # The refit's learning curve keeps its own names: val/* are the final checkpoint's scores.
+    # The best trial's learning curve has its own names: val/* are its best epoch's scores.
     curve = [
-        {"epoch": record["epoch"], **{f"refit/{k}": v for k, v in record.items() if k != "epoch"}}
+        {
+            "epoch": record["epoch"],
+            **{f"best_trial/{k}": v for k, v in record.items() if k != "epoch"},
+        }
         for record in challenger.fit.history
     ]
     tracker.log_metrics(run_id, val | baselines | tuning, curve)
