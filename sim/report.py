@@ -94,6 +94,32 @@ def weekly_auc(defs: dg.Definitions, task_name: str, first: date, last: date, st
     return pd.DataFrame(rows)
 
 
+def reference_auc(
+    defs: dg.Definitions, task_name: str, last: date, weeks: list[date]
+) -> pd.DataFrame:
+    """The same-budget reference's and the all-labels ceiling's AUC in each of `weeks` (see
+    sim.reference), trained on every flight played up to `last` and on the labels the flywheel
+    got for each landing day."""
+    from pipelines.contracts import load_task
+    from pipelines.model_spec import load_model_spec
+    from sim.reference import weekly_reference
+
+    spec = load_model_spec(load_task(task_name))
+    warehouse = resource(defs, "warehouse")
+    flights = warehouse.query(
+        "select * from fct_flight_features where flight_date <= ? order by flight_id",
+        [last.isoformat()],
+    )
+    spend = warehouse.query(
+        "select f.flight_date, count(distinct l.flight_id) as labels from raw.flight_labels l "
+        "join fct_flight_features f using (flight_id) group by f.flight_date"
+    )
+    flights["flight_date"] = pd.to_datetime(flights.flight_date).dt.date
+    flights[spec.features.label] = [is_late(f) for f in flights.flight_id]
+    per_day = pd.Series(spend["labels"].to_numpy(), index=pd.to_datetime(spend.flight_date).dt.date)
+    return weekly_reference(flights, per_day, weeks, spec.features, "flight_date")
+
+
 def _by_run(instance: dg.DagsterInstance, asset: str) -> dict[str, dict[str, object]]:
     records = instance.fetch_materializations(dg.AssetKey(asset), limit=10_000).records
     return {
@@ -161,8 +187,17 @@ def write_report(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     weekly = weekly_auc(defs, task_name, *production, static)
+    models = ["flywheel", "static", "reference", "ceiling"]
+    if len(weekly):
+        references = reference_auc(defs, task_name, production[1], list(weekly.week))
+        weekly = weekly.merge(references, on="week", how="left")
+    else:
+        weekly = weekly.assign(reference=[], ceiling=[], reference_labels=[])
+    first = ["week", "flights", "late_rate", *models]
+    weekly = weekly[first + [c for c in weekly.columns if c not in first and c != "ceiling_labels"]]
+    weekly = weekly.rename(columns={"reference_labels": "labels_before"})
     runs, labels = retrainings(instance), label_spend(defs)
-    long = weekly.melt(id_vars="week", value_vars=["flywheel", "static"], var_name="model")
+    long = weekly.melt(id_vars="week", value_vars=models, var_name="model")
     plot = out_dir / "weekly_auc.png"
     plot.write_bytes(weekly_auc_figure(long.rename(columns={"value": "auroc"}).dropna()))
     tracker = resource(defs, "tracker")
@@ -177,11 +212,15 @@ def write_report(
             for v in versions(tracker, registered_name(task_name))
         ]
     )
-    mean = weekly[["flywheel", "static", "flywheel_logloss", "static_logloss"]].mean()
+    mean = weekly[[*models, "flywheel_logloss", "static_logloss"]].mean()
     summary = (
         f"Mean weekly production AUC over {len(weekly)} weeks (every scored flight, outcomes "
         f"from the simulator): flywheel {mean.flywheel:.3f}, static model (version {static}) "
-        f"{mean.static:.3f}; log loss {mean.flywheel_logloss:.3f} vs {mean.static_logloss:.3f}."
+        f"{mean.static:.3f}; log loss {mean.flywheel_logloss:.3f} vs {mean.static_logloss:.3f}. "
+        f"Same-budget reference {mean.reference:.3f}, all-labels ceiling {mean.ceiling:.3f}: a "
+        "HistGradientBoosting retrained each Monday on the same features, from as many "
+        "uniformly random labels of each day as the flywheel got (`labels_before`: those "
+        "before the week), and from every outcome."
         if len(weekly)
         else "No production week was scored."
     )

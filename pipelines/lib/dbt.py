@@ -108,9 +108,8 @@ class InProcessDbt:
         def keep(event: Any) -> None:
             # What the CLI prints at its default log level: its debug events go to dbt.log only
             # (dagster-dbt echoes every line it reads to standard output).
-            message = msg_to_dict(event)
-            if message["info"]["level"] != "debug":
-                lines.append(_json(message))
+            if event.info.level != "debug":
+                lines.append(_json(msg_to_dict(event)))
 
         # The environment is the command's (the date window, the target folder); the console log
         # is off: the events go to Dagster, and dbt.log in the target folder has them all.
