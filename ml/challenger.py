@@ -1,4 +1,4 @@
-"""Select a challenger: tune, keep or refit the best trial's checkpoint, score it and baselines."""
+"""Select a challenger: tune on validation, then fit the best on training and validation rows."""
 
 from __future__ import annotations
 
@@ -6,20 +6,20 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ml.baselines import evaluate_baselines
 from ml.config import ModelConfig, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
-from ml.inference import load_predictor
-from ml.metrics import binary_metrics
-from ml.training import TrainResult, train
-from ml.tuning import KeptTrials, TrialCallback, TuneResult, WorkerLauncher, tune
+from ml.training import LAST_CHECKPOINT, TrainResult, train
+from ml.tuning import TrialCallback, TuneResult, WorkerLauncher, tune
+
+# The validation scores a trial records each epoch, besides the loss it trains on.
+VALIDATION_METRICS = ("val/auroc", "val/logloss")
 
 
 @dataclass
 class Challenger:
-    """The tuned model: its checkpoint, configs and validation scores beside baselines."""
+    """The tuned model, fitted once more on train and validation: its checkpoint, its configs,
+    and the validation scores it was chosen on beside the baselines'."""
 
     tuning: TuneResult
     fit: TrainResult
@@ -44,18 +44,13 @@ def configs_from_params(
     return model, train
 
 
-def evaluate_checkpoint(
-    checkpoint: str, datamodule: TabularDataModule, split: str = "val"
-) -> dict[str, float]:
-    """Score a checkpoint on a datamodule split with the metrics the baselines use."""
-    module = load_predictor(checkpoint).module
-    categorical, numeric, labels = datamodule.splits[split]
-    batch = datamodule.eval_batch_size
-    probs = [
-        module.predict_proba(categorical[i : i + batch], numeric[i : i + batch]).cpu().numpy()
-        for i in range(0, labels.shape[0], batch)
-    ]
-    return binary_metrics(labels.numpy(), np.concatenate(probs))
+def best_epoch(history: list[dict[str, float]], monitor: str) -> dict[str, float]:
+    """The record of the epoch a trial was scored by: the lowest ``monitor`` (the first of
+    equals, as the trial's own history picks)."""
+    scored = [r for r in history if monitor in r]
+    if not scored:
+        raise RuntimeError(f"the best trial recorded no {monitor} for any epoch")
+    return min(scored, key=lambda r: r[monitor])
 
 
 def fit_challenger(
@@ -67,33 +62,36 @@ def fit_challenger(
     trial_callback: TrialCallback | None = None,
     launcher: WorkerLauncher | None = None,
 ) -> Challenger:
-    """Tune, keep the best trial's checkpoint, score it on val beside the baselines.
+    """Tune on the train split, selecting on validation; then train the best parameters once
+    more, with checkpoints in ``checkpoint_dir``, on the train and validation rows together for
+    the best trial's number of epochs (its best epoch's): the challenger is that last epoch.
 
-    Trials run in this process checkpoint their best epoch (under ``checkpoint_dir``), and the
-    best one's is the challenger. A best trial that ran elsewhere (a worker process or pod, or an
-    earlier attempt of a resumed study) is trained once more with the same seed and data, with
-    checkpoints in ``checkpoint_dir``. Parallel workers (``tune_config.workers``) are started by
-    ``launcher`` (default: processes).
+    The newest labelled days before the test split are the validation days: a challenger that
+    never learned from them would be two held-out windows behind production, and a small
+    dataset (a bootstrap's first weeks) would train on a third of its labels. ``metrics`` are
+    the best trial's validation scores (it had not seen those rows), the baselines' are on the
+    same split. Parallel workers (``tune_config.workers``) are started by ``launcher``.
     """
-    kept = KeptTrials(Path(checkpoint_dir) / "trials")
-    tuning = tune(
-        datamodule, tune_config, model_config, train_config, trial_callback, launcher, kept
-    )
+    tuning = tune(datamodule, tune_config, model_config, train_config, trial_callback, launcher)
     best_model, best_train = configs_from_params(tuning.best_params, model_config, train_config)
-    fit = kept.results.get(tuning.best_trial)
-    if fit is not None and fit.best_checkpoint is not None:
-        best_train = replace(best_train, checkpoint_dir=kept.checkpoint_dir(tuning.best_trial))
-    else:
-        best_train = replace(best_train, checkpoint_dir=checkpoint_dir)
-        fit = train(datamodule, best_model, best_train)
-    if fit.best_checkpoint is None:
-        raise RuntimeError(f"refit of trial {tuning.best_trial} wrote no checkpoint")
+    chosen = best_epoch(tuning.best_history, train_config.monitor)
+    best_train = replace(
+        best_train,
+        max_epochs=int(chosen["epoch"]) + 1,
+        early_stopping_patience=None,
+        checkpoint_dir=checkpoint_dir,
+    )
+    fit = train(datamodule.with_validation_in_training(), best_model, best_train)
+    checkpoint = Path(checkpoint_dir) / LAST_CHECKPOINT
+    if not checkpoint.exists():
+        raise RuntimeError(f"the final fit of trial {tuning.best_trial} wrote no checkpoint")
+    metrics = {k.removeprefix("val/"): v for k, v in chosen.items() if k in VALIDATION_METRICS}
     return Challenger(
         tuning=tuning,
         fit=fit,
-        checkpoint=fit.best_checkpoint,
+        checkpoint=str(checkpoint),
         model_config=best_model,
         train_config=best_train,
-        metrics=evaluate_checkpoint(fit.best_checkpoint, datamodule),
+        metrics=metrics,
         baselines=evaluate_baselines(datamodule, "val", seed=train_config.seed),
     )

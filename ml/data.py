@@ -107,11 +107,31 @@ class TabularDataModule(L.LightningDataModule):
         frames = {name: _read(split, features) for name, split in frames.items()}
         self.preprocessor = preprocessor or Preprocessor.fit(frames["train"], features)
         self.requested_batch_size = batch_size
+        self.min_steps_per_epoch = min_steps_per_epoch
         self.batch_size = training_batch_size(len(frames["train"]), batch_size, min_steps_per_epoch)
         self.eval_batch_size = eval_batch_size or 4 * batch_size
         self.seed = seed
         self.splits: dict[str, Batch] = {k: self._tensors(f) for k, f in frames.items()}
+        # The rows as read, for a data module with more of them in training.
+        self.frames = frames
         self._on_device: dict[str, Batch] = {}
+
+    def with_validation_in_training(self) -> TabularDataModule:
+        """A data module whose training split is this one's training and validation rows, its
+        preprocessor fitted on both (categories first seen in validation get embeddings), with
+        the same validation and test rows and settings: the final fit of what was chosen on
+        validation."""
+        train = pd.concat([self.frames["train"], self.frames["val"]], ignore_index=True)
+        return TabularDataModule(
+            train,
+            self.frames["val"],
+            self.frames.get("test"),
+            features=self.preprocessor.features,
+            batch_size=self.requested_batch_size,
+            eval_batch_size=self.eval_batch_size,
+            seed=self.seed,
+            min_steps_per_epoch=self.min_steps_per_epoch,
+        )
 
     def _tensors(self, frame: pd.DataFrame) -> Batch:
         categorical, numeric = self.preprocessor.transform(frame)

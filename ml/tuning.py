@@ -46,7 +46,7 @@ from ml.config import (
     config_to_dict,
 )
 from ml.data import TabularDataModule
-from ml.training import TrainResult, device_name, train
+from ml.training import device_name, train
 
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -66,21 +66,10 @@ class TuneResult:
     n_failed: int
     total_compute_seconds: float
     study_name: str
+    # The best trial's validation metrics per epoch (``val/*``, with ``epoch``).
+    best_history: list[dict[str, float]] = field(default_factory=list)
     # Worker processes that died without a word (SIGKILL, OOM): their trials were retried.
     workers_lost: list[int] = field(default_factory=list)
-
-
-@dataclass
-class KeptTrials:
-    """Trials run in this process keep their best epoch's checkpoint under ``root`` and their
-    result here: the best trial's model is then taken as trained, not trained again."""
-
-    root: Path
-    results: dict[int, TrainResult] = field(default_factory=dict)
-
-    def checkpoint_dir(self, number: int) -> str:
-        """Where trial ``number`` writes its checkpoints."""
-        return str(self.root / f"trial-{number:04d}")
 
 
 class TrialRecorder(L.Callback):
@@ -270,14 +259,9 @@ def work(
 
 
 def make_objective(
-    datamodule: TabularDataModule,
-    config: TuneConfig,
-    model: ModelConfig,
-    base: TrainConfig,
-    kept: KeptTrials | None = None,
+    datamodule: TabularDataModule, config: TuneConfig, model: ModelConfig, base: TrainConfig
 ) -> Callable[[Trial], float]:
-    """Return objective(trial): the search space, one training run, the best monitored value.
-    With ``kept``, each trial checkpoints its best epoch there and leaves its result."""
+    """Return objective(trial): the search space, one training run, the best monitored value."""
     space = config.search_space
 
     def objective(trial: Trial) -> float:
@@ -292,7 +276,8 @@ def make_objective(
             base,
             lr=trial.suggest_float("lr", *space.lr, log=True),
             weight_decay=trial.suggest_float("weight_decay", *space.weight_decay, log=True),
-            checkpoint_dir=kept.checkpoint_dir(trial.number) if kept else None,
+            # Trials are compared by their metrics; only the final model needs checkpoints.
+            checkpoint_dir=None,
         )
         pruning = PyTorchLightningPruningCallback(trial, monitor=train_config.monitor)
         # The recorder goes first: the pruning callback raises in the same hook.
@@ -302,8 +287,6 @@ def make_objective(
             result = train(datamodule, model_config, train_config, callbacks=[recorder, pruning])
             # Under DDP the callback stops training instead of raising; this re-raises it.
             pruning.check_pruned()
-            if kept is not None:
-                kept.results[trial.number] = result
         finally:
             trial.set_user_attr("wall_seconds", time.perf_counter() - start)
             trial.set_user_attr("device", recorder.device)
@@ -321,7 +304,6 @@ def tune(
     train_config: TrainConfig | None = None,
     trial_callback: TrialCallback | None = None,
     launcher: WorkerLauncher | None = None,
-    kept: KeptTrials | None = None,
 ) -> TuneResult:
     """Run (or continue) a study until ``n_trials`` trials finished or ``timeout_s`` elapsed.
 
@@ -329,7 +311,7 @@ def tune(
     study continues where it stopped. With ``workers`` above 1 the trials run in that many
     workers on the same storage (an RDB URL, for heartbeats), started by ``launcher`` (default:
     processes on this machine), and ``trial_callback`` sees each finished trial here once they
-    are done, in trial order. Trials run in this process keep their checkpoints in ``kept``.
+    are done, in trial order.
     """
     config = config or TuneConfig()
     train_config = train_config or TrainConfig()
@@ -340,13 +322,13 @@ def tune(
         raise ValueError("parallel workers share a trial budget: set n_trials")
     study = create_study(config, max_epochs=train_config.max_epochs)
     if config.n_trials is None:
-        objective = make_objective(datamodule, config, model_config, train_config, kept)
+        objective = make_objective(datamodule, config, model_config, train_config)
         callbacks = [trial_callback] if trial_callback else []
         study.optimize(objective, timeout=config.timeout_s, callbacks=callbacks)
         return summarize(study)
     plan_trials(study, config.n_trials)
     if config.workers == 1:
-        objective = make_objective(datamodule, config, model_config, train_config, kept)
+        objective = make_objective(datamodule, config, model_config, train_config)
         work(study, objective, config, [trial_callback] if trial_callback else [])
         return summarize(study)
     before = {t.number for t in study.get_trials(deepcopy=False, states=FINISHED)}
@@ -512,6 +494,7 @@ def summarize(study: optuna.Study) -> TuneResult:
         n_failed=count[TrialState.FAIL],
         total_compute_seconds=sum(float(t.user_attrs.get("wall_seconds", 0.0)) for t in trials),
         study_name=study.study_name,
+        best_history=list(best.user_attrs.get("history", [])),
     )
 
 

@@ -75,3 +75,18 @@ def test_a_small_training_split_takes_smaller_batches(splits: dict[str, pd.DataF
     assert (dm.batch_size, dm.requested_batch_size) == (94, 1024)
     assert len(dm.train_dataloader()) == 32
     assert dm.eval_batch_size == 4096  # evaluation batches are not what an epoch's steps count
+
+
+def test_the_final_fit_trains_on_the_validation_rows_too(splits: dict[str, pd.DataFrame]) -> None:
+    dm = TabularDataModule(splits["train"], splits["val"], batch_size=1024, min_steps_per_epoch=32)
+    merged = dm.with_validation_in_training()
+    both = pd.concat([splits["train"], splits["val"]], ignore_index=True)
+    # The same rows as a data module built on both, its preprocessor fitted on both.
+    expected = TabularDataModule(both, splits["val"], batch_size=1024, min_steps_per_epoch=32)
+    for name in ("train", "val"):
+        for got, want in zip(merged.splits[name], expected.splits[name], strict=True):
+            assert torch.equal(got, want)
+    assert merged.cardinalities == expected.cardinalities
+    assert merged.batch_size == training_batch_size(len(both), 1024, 32) != dm.batch_size
+    assert dm.splits["train"][0].shape[0] == len(splits["train"])  # the original is unchanged
+    assert sum(b[2].shape[0] for b in merged.train_dataloader()) == len(both)

@@ -139,7 +139,7 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
         dataset_store: DvcDatasetStore,
         tuning_workers: TuningWorkers,
     ) -> dg.MaterializeResult:
-        """Tune, then register the best trial as the challenger of the latest training dataset."""
+        """Tune, fit the best on train and validation, register it as the challenger."""
         from ml.challenger import fit_challenger
 
         dataset = latest_dataset(context.instance, dataset_store)
@@ -209,11 +209,12 @@ def log_challenger(
     }
     val = {f"val/{metric}": value for metric, value in challenger.metrics.items()}
     tuning = {"tuning/compute_seconds": challenger.tuning.total_compute_seconds}
-    # The best trial's learning curve has its own names: val/* are its best epoch's scores.
+    # The final fit's learning curve has its own names: it trains on the validation rows too, so
+    # its scores there are not validation scores; val/* are the best trial's.
     curve = [
         {
             "epoch": record["epoch"],
-            **{f"best_trial/{k}": v for k, v in record.items() if k != "epoch"},
+            **{f"final_fit/{k}": v for k, v in record.items() if k != "epoch"},
         }
         for record in challenger.fit.history
     ]
