@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ml.baselines import evaluate_baselines
+from ml.callbacks import MetricHistory
 from ml.config import ModelConfig, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
 from ml.training import LAST_CHECKPOINT, TrainResult, train
@@ -45,12 +46,13 @@ def configs_from_params(
 
 
 def best_epoch(history: list[dict[str, float]], monitor: str) -> dict[str, float]:
-    """The record of the epoch a trial was scored by: the lowest ``monitor`` (the first of
-    equals, as the trial's own history picks)."""
-    scored = [r for r in history if monitor in r]
-    if not scored:
+    """The record of the epoch a trial was scored by, picked as the trial's own history picks."""
+    records = MetricHistory(monitor)
+    records.records = list(history)
+    best = records.best()
+    if not best:
         raise RuntimeError(f"the best trial recorded no {monitor} for any epoch")
-    return min(scored, key=lambda r: r[monitor])
+    return best
 
 
 def fit_challenger(
