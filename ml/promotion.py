@@ -55,7 +55,9 @@ def decide(inputs: GateInputs, config: GateConfig) -> Decision:
     """Promote a first model that beats the floor baselines, or a challenger beating the champion.
 
     Against a champion the challenger must improve with the whole bootstrap interval above
-    ``min_improvement`` and worsen no large enough slice by more than ``slice_tolerance``.
+    ``min_improvement`` and worsen no large enough slice by more than ``slice_tolerance``. A
+    negative ``min_improvement`` is a non-inferiority margin: the challenger (newer data) wins
+    unless it is likely worse by more than that.
     """
     metric = config.metric
     if metric not in DIRECTION:
@@ -108,7 +110,8 @@ def _interval_check(interval: tuple[float, float], config: GateConfig) -> Check:
         f"{config.metric} improvement over the champion has interval [{low:.4f}, {high:.4f}] "
         f"(lower bound must exceed {config.min_improvement:.4f})"
     )
-    return ("improves on champion", low > config.min_improvement, detail)
+    name = "improves on champion" if config.min_improvement >= 0 else "not worse than champion"
+    return (name, low > config.min_improvement, detail)
 
 
 def _auroc_check(inputs: GateInputs, max_drop: float) -> Check:

@@ -94,8 +94,9 @@ def build_definitions(
         # The deployment's budget and windows (pipelines/settings.py), shown in each run's config.
         config=retraining_run_config(),
     )
+    champion_model = evaluation[-1]
     drift_sensor, performance_sensor, retraining_schedule = build_monitoring_triggers(
-        retraining_job, monitoring_policy, labels.key, interval_s
+        retraining_job, monitoring_policy, labels.key, champion_model.key, interval_s
     )
     dataset_job = dg.define_asset_job(
         "dataset_job",

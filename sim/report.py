@@ -7,6 +7,7 @@ knows every flight's outcome, so production AUC is computed here, on all scored 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -18,6 +19,7 @@ import pandas as pd
 
 from ml.metrics import auroc, logloss
 from pipelines.lib.registry import load_model, model_version, registered_name, versions
+from sim import alarms
 from sim.driver import RETRAINING_JOB
 from sim.labeling import is_late
 
@@ -29,6 +31,7 @@ class Report:
     weekly: pd.DataFrame
     retrainings: pd.DataFrame
     labels: pd.DataFrame
+    alarms: alarms.AlarmSummary
     markdown: Path
     plot: Path
 
@@ -42,37 +45,52 @@ def resource(defs: dg.Definitions, key: str) -> Any:
     return value
 
 
-def weekly_auc(defs: dg.Definitions, task_name: str, first: date, last: date, static: int):
-    """Production AUC per week of the flywheel's predictions and of the static model's, on the
-    same flights: every flight the flywheel scored between `first` and `last`."""
-    from ml.pyfunc import model_input
-
-    warehouse, tracker = resource(defs, "warehouse"), resource(defs, "tracker")
-    empty = pd.DataFrame(
-        columns=[
-            "week",
-            "flights",
-            "late_rate",
-            "flywheel",
-            "static",
-            "flywheel_logloss",
-            "static_logloss",
-        ]
-    )
+def production_flights(defs: dg.Definitions, first: date, last: date) -> pd.DataFrame:
+    """Every flight the flywheel scored between `first` and `last`: its features, the
+    flywheel's probability, the champion version that gave it, and its outcome."""
+    warehouse = resource(defs, "warehouse")
     with warehouse.connect() as con:
         if not con.has_relation("flight_predictions"):
-            return empty  # no model was ever promoted: nothing was scored
+            return pd.DataFrame()  # no model was ever promoted: nothing was scored
     flights = warehouse.query(
         "select f.*, p.probability as flywheel, p.model_version from fct_flight_features f "
         "join flight_predictions p using (flight_id) where f.flight_date between ? and ? "
         "order by f.flight_id",
         [first.isoformat(), last.isoformat()],
     )
-    if flights.empty:
-        return empty
-    model = load_model(tracker, model_version(tracker, registered_name(task_name), static))
-    flights["static"] = np.asarray(model.predict(model_input(flights)), dtype=np.float64)
     flights["is_late"] = [is_late(f) for f in flights.flight_id]
+    return flights
+
+
+def version_scores(defs: dg.Definitions, task_name: str) -> Callable[[int, pd.DataFrame], Any]:
+    """predict(version, flights): the probabilities a registered version gives `flights`."""
+    from ml.pyfunc import model_input
+
+    tracker, name = resource(defs, "tracker"), registered_name(task_name)
+
+    def predict(version: int, flights: pd.DataFrame) -> np.ndarray:
+        model = load_model(tracker, model_version(tracker, name, version))
+        return np.asarray(model.predict(model_input(flights)), dtype=np.float64)
+
+    return predict
+
+
+def weekly_auc(flights: pd.DataFrame, static: np.ndarray) -> pd.DataFrame:
+    """Production AUC per week of the flywheel's predictions and of the `static` model's, on
+    the same `flights` (see `production_flights`)."""
+    if flights.empty:
+        return pd.DataFrame(
+            columns=[
+                "week",
+                "flights",
+                "late_rate",
+                "flywheel",
+                "static",
+                "flywheel_logloss",
+                "static_logloss",
+            ]
+        )
+    flights = flights.assign(static=static)
     dates = pd.to_datetime(flights.flight_date)
     flights["week"] = (dates - pd.to_timedelta(dates.dt.weekday, unit="D")).dt.date
     rows = []
@@ -181,12 +199,16 @@ def write_report(
     static: int,
     out_dir: Path,
     header: list[str],
+    horizon_days: int = alarms.HORIZON_DAYS,
+    min_days: int = alarms.MIN_DAYS,
 ) -> Report:
-    """Compute the report's tables and write `flywheel_report.md` and `weekly_auc.png`."""
+    """Compute the report's tables and write `flywheel_report.md` and `weekly_auc.png`; each
+    retraining is judged on the `horizon_days` after it (see sim.alarms)."""
     from ml.plots import weekly_auc_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    weekly = weekly_auc(defs, task_name, *production, static)
+    flights, predict = production_flights(defs, *production), version_scores(defs, task_name)
+    weekly = weekly_auc(flights, predict(static, flights) if len(flights) else np.array([]))
     models = ["flywheel", "static", "reference", "ceiling"]
     if len(weekly):
         references = reference_auc(defs, task_name, production[1], list(weekly.week))
@@ -197,6 +219,12 @@ def write_report(
     weekly = weekly[first + [c for c in weekly.columns if c not in first and c != "ceiling_labels"]]
     weekly = weekly.rename(columns={"reference_labels": "labels_before"})
     runs, labels = retrainings(instance), label_spend(defs)
+    if len(flights) and len(runs):
+        runs["champion"] = alarms.champions(runs, flights)
+        runs = alarms.judge(runs, flights, predict, production[1], horizon_days, min_days)
+    else:
+        runs = runs.assign(**{c: np.nan for c in alarms.JUDGEMENT})
+    judged = alarms.summarize(runs, horizon_days) if len(runs) else alarms.AlarmSummary.none()
     long = weekly.melt(id_vars="week", value_vars=models, var_name="model")
     plot = out_dir / "weekly_auc.png"
     plot.write_bytes(weekly_auc_figure(long.rename(columns={"value": "auroc"}).dropna()))
@@ -230,7 +258,13 @@ def write_report(
             "\n".join(header),
             f"## Production AUC by week\n\n{summary}\n\n![weekly AUC]({plot.name})\n\n"
             + _table(weekly),
-            "## Retrainings\n\n" + _table(runs),
+            "## Retrainings\n\n`gain`: the challenger's production AUC minus the champion's "
+            f"(`champion`) on every flight of the {horizon_days} days after the event "
+            "day.\n\n"
+            + _table(runs.drop(columns=["judged_flights", "champion_auc", "challenger_auc"])),
+            "## Alarms\n\n" + judged.describe() + "\n\nMissed: scheduled retrainings that gained "
+            f"{alarms.MISSED} or more with no alarm since the last retraining.\n\n"
+            + _table(judged.missed),
             f"## Labels spent\n\n{int(labels.labelled.sum()) if len(labels) else 0} labels "
             f"of {int(labels.exported.sum()) if len(labels) else 0} tasks exported.\n\n"
             + _table(labels),
@@ -239,4 +273,4 @@ def write_report(
     )
     markdown = out_dir / "flywheel_report.md"
     markdown.write_text(text + "\n")
-    return Report(weekly, runs, labels, markdown, plot)
+    return Report(weekly, runs, labels, judged, markdown, plot)

@@ -58,7 +58,11 @@ def test_two_workers_finish_a_12_trial_budget_exactly(
 
 
 def kill_worker_mid_trial(config: TuneConfig, worker: int, killed: list[int]) -> None:
-    """SIGKILL `worker`'s process once it is training a trial (once)."""
+    """SIGKILL `worker`'s process once it is training a trial (once).
+
+    The process is stopped first and the trial read again: a trial that finished between the
+    first read and the signal is let go, so the kill always lands inside a trial.
+    """
     study = create_study(config, max_epochs=1)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -66,7 +70,13 @@ def kill_worker_mid_trial(config: TuneConfig, worker: int, killed: list[int]) ->
         for trial in trials:
             # All six parameters suggested: the trial is training.
             if trial.user_attrs.get("worker") == worker and len(trial.params) == 6:
-                os.kill(trial.user_attrs["pid"], signal.SIGKILL)
+                pid = trial.user_attrs["pid"]
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(0.3)  # a write already sent reaches the storage
+                if study._storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
+                    os.kill(pid, signal.SIGCONT)
+                    continue
+                os.kill(pid, signal.SIGKILL)
                 killed.append(trial.number)
                 return
         time.sleep(0.2)

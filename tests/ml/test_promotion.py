@@ -73,6 +73,18 @@ CASES = {
         replace(LOGLOSS, min_improvement=0.015),
         False,
     ),
+    # A negative min_improvement is a non-inferiority margin (log loss: challenger minus
+    # champion below +0.03 at the interval's worst end).
+    "non-inferior-within-margin": (
+        versus((-0.02, 0.025)),
+        replace(LOGLOSS, min_improvement=-0.03),
+        True,
+    ),
+    "non-inferior-beyond-margin": (
+        versus((-0.01, 0.035)),
+        replace(LOGLOSS, min_improvement=-0.03),
+        False,
+    ),
     "champion-auroc-better": (versus((0.01, 0.03)), AUROC, True),
     "champion-auroc-worse": (versus((-0.03, -0.01)), AUROC, False),
     # The same raw interval means opposite things for log loss and AUROC.

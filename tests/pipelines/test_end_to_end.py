@@ -41,9 +41,9 @@ from tests.pipelines.killing import (
 START = date(2013, 9, 2)
 DAYS = 10
 BOOTSTRAP = 6
-# The floor rejects the bootstrap model of so small a budget; the Monday retraining after day 7
-# gives the first champion, so the first day monitored against a champion is the first drifted
-# one. Its drift is detected that day; the retraining it asks for waits a day, for new labels.
+# The bootstrap model (day 6) passes the floor and is the first champion; Monday's schedule
+# waits (the champion is two days old). The drift starts on day 8: detected that day, and
+# retrained that day, on the labels that came in since the bootstrap.
 DRIFT = PlantedDrift(START + timedelta(days=BOOTSTRAP + 1), "celsius")
 RETRAINING = {
     "ops": {
@@ -105,18 +105,20 @@ def test_planted_drift_fires_the_drift_sensor_and_retraining_runs(played) -> Non
     instance = played.instance
     (bootstrap,) = retraining_runs(instance, "bootstrap")
     assert bootstrap.status == dg.DagsterRunStatus.SUCCESS
+    (decision,) = materializations(instance, "champion_model", bootstrap.run_id)
+    assert decision["decision"] == "promoted"
+    assert retraining_runs(instance, "schedule") == []
     drift_runs = retraining_runs(instance, "drift")
     assert drift_runs, "the drift sensor requested no retraining"
     first = drift_runs[0]
-    # The drift is detected on its first day, the morning after Monday's retraining; with no
-    # label come in since, the retraining waits for the next drifted day, after its labels came.
+    # The drift is detected on its first day, and retrained on it: no cooldown runs yet.
     drifted = {
         r.asset_materialization.partition: r.asset_materialization.metadata["is_drifted"].value
         for r in instance.fetch_materializations(dg.AssetKey("feature_drift"), limit=100).records
         if "is_drifted" in r.asset_materialization.metadata
     }
     assert drifted[DRIFT.start.isoformat()] is True
-    assert first.tags["flywheel/event_day"] == (DRIFT.start + timedelta(days=1)).isoformat()
+    assert first.tags["flywheel/event_day"] == DRIFT.start.isoformat()
     assert first.tags["dagster/sensor_name"] == "drift_sensor"
     assert len({r.tags["dagster/run_key"] for r in drift_runs}) == len(drift_runs)
     assert first.status == dg.DagsterRunStatus.SUCCESS
@@ -213,6 +215,8 @@ def test_report_numbers_come_from_the_run(played, tmp_path) -> None:
         1,
         tmp_path / "report",
         ["test header"],
+        horizon_days=3,
+        min_days=1,
     )
     runs = played.instance.get_run_records(dg.RunsFilter(job_name="retraining_job"))
     assert len(report.retrainings) == len(runs)
@@ -232,8 +236,25 @@ def test_report_numbers_come_from_the_run(played, tmp_path) -> None:
     assert report.weekly.labels_before.max() > 0
     assert report.labels.labelled.sum() == played.scalar("select count(*) from raw.flight_labels")
     assert report.plot.read_bytes().startswith(b"\x89PNG")
+    # Each retraining after the first is judged against the champion that scored its event
+    # day, on every flight scored in the 3 days after it (fewer at the end of the play).
+    judged = report.retrainings[report.retrainings.gain.notna()]
+    assert len(judged) > 0 and "bootstrap" not in set(judged.trigger)
+    for row in judged.itertuples():
+        assert row.champion == played.scalar(
+            "select mode(model_version) from flight_predictions "
+            f"where flight_date = '{row.event_day}'"
+        )
+        assert row.judged_flights == played.scalar(
+            "select count(*) from flight_predictions where flight_date > "
+            f"'{row.event_day}' and flight_date <= cast('{row.event_day}' as date) + 3"
+        )
+    alarms = report.retrainings[report.retrainings.trigger.isin(["drift", "performance"])]
+    assert report.alarms.alarms == len(alarms[alarms.version.astype(str) != ""])
+    assert report.alarms.judged == alarms.gain.notna().sum()
     text = report.markdown.read_text()
     assert "test header" in text and "## Retrainings" in text and "weekly_auc.png" in text
+    assert report.alarms.describe() in text
 
 
 # --- A killed process never wedges the loop: SIGKILL of real run processes -------------------
@@ -335,10 +356,10 @@ def test_a_retraining_killed_mid_training_does_not_stop_the_next_one(played, tmp
             dg.RunsFilter(tags={"dagster/parent_run_id": killed.run_id})
         )
         assert [r.dagster_run.status for r in retries] == [dg.DagsterRunStatus.SUCCESS]
-        # Once a day's labels came in, the next trigger (Monday's schedule) still requests a
-        # retraining, which completes.
+        # Once a day's labels came in, the next trigger (Monday's schedule, the first past the
+        # retried run's cooldown) still requests a retraining, which completes.
         driver.day(NEXT)
-        monday = datetime.combine(NEXT + timedelta(days=(7 - NEXT.weekday()) % 7), time(4))
+        monday = datetime.combine(NEXT + timedelta(days=7 + (7 - NEXT.weekday()) % 7), time(4))
         tick = driver.submit(
             driver.schedule.requests(monday.replace(tzinfo=UTC)), driver.schedule.origin
         )

@@ -121,7 +121,9 @@ def test_cooldown_counts_monitored_days(day: str, last: str | None, expected: bo
 @pytest.fixture
 def triggers():
     job = dg.define_asset_job("retraining_job", selection=dg.AssetSelection.all())
-    drift, performance, schedule = build_monitoring_triggers(job, POLICY, dg.AssetKey("labels"))
+    drift, performance, schedule = build_monitoring_triggers(
+        job, POLICY, dg.AssetKey("labels"), dg.AssetKey("champion_model")
+    )
 
     daily = dg.DailyPartitionsDefinition("2013-01-01")
 
@@ -195,7 +197,9 @@ def test_performance_sensor_requests_when_the_champion_decays(triggers) -> None:
     assert first.run_requests[0].tags["flywheel/trigger"] == "performance"
 
 
-def add_retraining(instance: dg.DagsterInstance, event_day: str, started: bool = False) -> None:
+def add_retraining(
+    instance: dg.DagsterInstance, event_day: str, started: bool = False, trigger: str = "schedule"
+) -> None:
     """Record a finished retraining run that trained on data up to `event_day` (`started`: with
     its start and success events, timed now)."""
     run = instance.add_run(
@@ -203,7 +207,7 @@ def add_retraining(instance: dg.DagsterInstance, event_day: str, started: bool =
             job_name="retraining_job",
             run_id=f"retraining-{event_day}",
             status=dg.DagsterRunStatus.NOT_STARTED if started else dg.DagsterRunStatus.SUCCESS,
-            tags={"flywheel/event_day": event_day},
+            tags={"flywheel/event_day": event_day, "flywheel/trigger": trigger},
         )
     )
     if started:
@@ -217,6 +221,60 @@ def test_no_request_when_a_retraining_already_covers_the_day(triggers) -> None:
         add_retraining(instance, "2013-10-06")
         report(instance, "2013-10-05", True)
         assert tick(defs, sensor, instance, None).run_requests == []
+
+
+def test_the_sensors_share_one_cooldown_and_a_schedule_run_starts_none(triggers) -> None:
+    defs, sensor, _ = triggers
+    with dg.instance_for_test() as instance:
+        add_retraining(instance, "2013-10-01", trigger="schedule")
+        add_retraining(instance, "2013-10-03", trigger="performance")
+        report(instance, "2013-10-04", True)  # 1 day after the performance sensor's run
+        report(instance, "2013-10-09", True)  # 6 days after
+        first = tick(defs, sensor, instance, None)
+        assert first.run_requests == []
+        report(instance, "2013-10-10", True)  # 7 days after: the cooldown is over
+        later = tick(defs, sensor, instance, first.cursor)
+    assert [r.run_key for r in later.run_requests] == ["drift_sensor:2013-10-10"]
+
+
+def decide(instance: dg.DagsterInstance, event_day: str, decision: str) -> None:
+    """The gate's decision on the retraining run of `event_day` (see add_retraining)."""
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
+
+    materialization = dg.AssetMaterialization("champion_model", metadata={"decision": decision})
+    event = DagsterEvent(
+        DagsterEventType.ASSET_MATERIALIZATION.value,
+        "retraining_job",
+        event_specific_data=StepMaterializationData(materialization),
+    )
+    instance.report_dagster_event(event, f"retraining-{event_day}")
+
+
+@pytest.mark.parametrize(
+    ("trained", "decision", "skipped"),
+    [
+        ("2013-10-01", "promoted", True),  # the champion is 5 days old
+        ("2013-10-01", "rejected", False),  # the champion is older than that retraining
+        ("2013-09-29", "promoted", False),  # 7 days old: the cooldown is over
+    ],
+)
+def test_weekly_schedule_waits_while_the_champion_is_within_the_cooldown(
+    triggers, trained: str, decision: str, skipped: bool
+) -> None:
+    *_, schedule = triggers
+    moment = datetime(2013, 10, 7, 4, tzinfo=UTC)  # its data up to Sunday 10-06
+    with dg.instance_for_test() as instance:
+        add_retraining(instance, "2013-09-20", trigger="schedule")
+        decide(instance, "2013-09-20", "promoted")
+        add_retraining(instance, trained, trigger="drift")
+        decide(instance, trained, decision)
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx:
+            data = schedule.evaluate_tick(ctx)
+    assert (not data.run_requests) is skipped
+    if skipped:
+        assert data.skip_message == (
+            f"the champion was trained on data up to {trained}, within 7 days"
+        )
 
 
 def import_labels(instance: dg.DagsterInstance, day: str) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import date
 from types import SimpleNamespace
 
+import numpy as np
+
 from pipelines.lib.warehouse import DuckDBWarehouse
-from sim.report import weekly_auc
+from sim.report import production_flights, weekly_auc
 
 
 def test_a_span_without_a_promoted_model_has_no_weekly_figures(tmp_path) -> None:
@@ -15,5 +17,7 @@ def test_a_span_without_a_promoted_model_has_no_weekly_figures(tmp_path) -> None
     with warehouse.connect() as con:
         con.execute("create table fct_flight_features (flight_id bigint, flight_date date)")
     defs = SimpleNamespace(resources={"warehouse": warehouse, "tracker": None})
-    weekly = weekly_auc(defs, "flights", date(2013, 1, 1), date(2013, 1, 31), static=1)
+    flights = production_flights(defs, date(2013, 1, 1), date(2013, 1, 31))
+    assert flights.empty
+    weekly = weekly_auc(flights, np.array([]))
     assert weekly.empty and "flywheel" in weekly.columns

@@ -2,9 +2,13 @@
 
 The sensors read the monitoring assets' materializations in storage order. An event is a
 monitored day whose materialization says it crossed a threshold (the assets apply the task's
-policy); each event gives at most one run (its run key), and a sensor that fired stays quiet for
-`cooldown_days` of monitored days, so a drift that persists does not retrain every day. No
-trigger asks while a retraining covers the day, nor before a label came in since the last one.
+policy); each event gives at most one run (its run key). The two sensors share one cooldown:
+after either asked for a retraining, neither asks again for `cooldown_days` of monitored days,
+so a drift that persists, or a drift and the decay it causes, do not retrain every day. The
+weekly schedule is the floor: it retrains unless the champion was trained on data up to a day
+within the last `cooldown_days`.
+No trigger asks while a retraining covers the day, nor before a label came in since the last
+one.
 """
 
 import json
@@ -22,6 +26,7 @@ if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
 
 TRIGGER_TAG = "flywheel/trigger"
 EVENT_DAY_TAG = "flywheel/event_day"
+ALARM_TRIGGERS = ("drift", "performance")
 ACTIVE = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -37,6 +42,29 @@ def in_cooldown(day: str, last_trigger_day: str | None, cooldown_days: int) -> b
     return date.fromisoformat(day) < date.fromisoformat(last_trigger_day) + timedelta(
         days=cooldown_days
     )
+
+
+def last_alarm_day(instance: dg.DagsterInstance, job_name: str) -> str | None:
+    """The newest event day of the retraining runs a sensor asked for that did not fail."""
+    days = [
+        record.dagster_run.tags.get(EVENT_DAY_TAG, "")
+        for record in instance.get_run_records(dg.RunsFilter(job_name=job_name), limit=50)
+        if record.dagster_run.status != dg.DagsterRunStatus.FAILURE
+        and record.dagster_run.tags.get(TRIGGER_TAG) in ALARM_TRIGGERS
+    ]
+    return max(filter(None, days), default=None)
+
+
+def champion_day(instance: dg.DagsterInstance, champion_key: dg.AssetKey) -> str | None:
+    """The event day of the retraining that promoted the champion: the newest promotion among
+    the last 50 decisions (None before the first, or past 50 rejections)."""
+    for record in instance.fetch_materializations(champion_key, limit=50).records:
+        materialization = record.asset_materialization
+        decision = materialization.metadata.get("decision") if materialization else None
+        if decision is not None and decision.value == "promoted":
+            run = instance.get_run_by_id(record.run_id)
+            return run.tags.get(EVENT_DAY_TAG) if run else None
+    return None
 
 
 def covering_run(instance: dg.DagsterInstance, job_name: str, day: str) -> str | None:
@@ -86,6 +114,9 @@ def _event_sensor(
             limit=1000,
             ascending=True,
         ).records
+        # The cooldown the sensors share: this sensor's last request, or the other's last run.
+        alarms = last_alarm_day(context.instance, job.name)
+        last_day = max(filter(None, (last_day, alarms)), default=None)
         requests = []
         for record in records:
             after = record.storage_id
@@ -95,7 +126,9 @@ def _event_sensor(
                 continue
             day = materialization.partition
             if in_cooldown(day, last_day, policy.cooldown_days):
-                context.log.info(f"{day}: {flag} but in cooldown since {last_day}; no request")
+                context.log.info(
+                    f"{day}: {flag} but in cooldown since the alarm on {last_day}; no request"
+                )
                 continue
             if covered := covering_run(context.instance, job.name, day):
                 context.log.info(f"{day}: {flag} but run {covered} already retrains on that day")
@@ -125,11 +158,13 @@ def build_monitoring_triggers(
     job: "UnresolvedAssetJobDefinition",
     policy: MonitoringPolicy,
     labels: dg.AssetKey,
+    champion: dg.AssetKey,
     interval_s: int | None = None,
 ) -> tuple[dg.SensorDefinition, dg.SensorDefinition, dg.ScheduleDefinition]:
     """`drift_sensor`, `performance_sensor` (evaluated every `interval_s` seconds at least,
     default 60) and `retraining_schedule`, all requesting `job`; none asks again before the imported
-    `labels` asset was materialized since the last retraining started."""
+    `labels` asset was materialized since the last retraining started, and the schedule waits
+    while the newest promotion recorded by the `champion` asset is within the cooldown."""
     drift = _event_sensor(
         "drift_sensor",
         dg.AssetKey("feature_drift"),
@@ -161,12 +196,18 @@ def build_monitoring_triggers(
     def retraining_schedule(
         context: dg.ScheduleEvaluationContext,
     ) -> dg.RunRequest | dg.SkipReason:
-        """One retraining per week, keyed by its scheduled time; skipped when a sensor's
-        retraining already trained on the same days."""
+        """One retraining per week, keyed by its scheduled time; skipped when a retraining
+        already trained on the same days, or the champion on days within the cooldown."""
         moment = context.scheduled_execution_time
         day = (moment.date() - timedelta(days=1)).isoformat()
         if covered := covering_run(context.instance, job.name, day):
             return dg.SkipReason(f"run {covered} already retrains on data up to {day}")
+        trained = champion_day(context.instance, champion)
+        if in_cooldown(day, trained, policy.cooldown_days):
+            return dg.SkipReason(
+                f"the champion was trained on data up to {trained}, within "
+                f"{policy.cooldown_days} days"
+            )
         if seen := labels_seen_by(context.instance, job.name, labels):
             return dg.SkipReason(f"no label came in since run {seen}")
         return dg.RunRequest(

@@ -1,0 +1,152 @@
+"""Alarms judged by what happened next: only the simulator knows every outcome.
+
+Every retraining trained a challenger at the moment its trigger fired. Scored on every flight of
+the days after its event day, beside the champion it would have replaced, it tells whether that
+retraining was worth running:
+- an alarm (a drift or performance trigger) is right when its challenger beats the champion by
+  at least `WORTH` AUC over the next `HORIZON_DAYS` days: alarm precision is the share right;
+- a scheduled retraining runs when no alarm fired since the last retraining: one whose challenger
+  gains `MISSED` or more is a week an alarm should have fired and did not. Recall is the alarms
+  that gained that much over those and the missed weeks together.
+
+The challenger is the one model the flywheel trained then (one tuning draw), not the mean of the
+models it could have trained: a judgement per alarm is noisy, the share over a year much less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+import numpy as np
+import pandas as pd
+
+from ml.metrics import auroc
+
+HORIZON_DAYS = 14
+MIN_DAYS = 7  # a retraining with fewer production days after it is not judged
+WORTH = 0.01
+MISSED = 0.02
+ALARMS = ("drift", "performance")
+SCHEDULE = "schedule"
+JUDGEMENT = ["champion", "judged_flights", "champion_auc", "challenger_auc", "gain"]
+
+
+@dataclass
+class AlarmSummary:
+    """Alarm precision and recall over the judged retrainings, and the weeks missed."""
+
+    alarms: int  # drift and performance triggers that trained a challenger
+    judged: int  # of those, with `MIN_DAYS` production days after them
+    right: int  # of those, whose challenger beat the champion by `WORTH`
+    hits: int  # of those judged, whose challenger gained `MISSED`
+    missed: pd.DataFrame  # scheduled retrainings that gained `MISSED`: no alarm fired
+    horizon_days: int = HORIZON_DAYS
+
+    @classmethod
+    def none(cls) -> AlarmSummary:
+        """No retraining ran: nothing to judge."""
+        return cls(0, 0, 0, 0, pd.DataFrame(columns=["event_day", "version", "champion", "gain"]))
+
+    @property
+    def precision(self) -> float:
+        return self.right / self.judged if self.judged else float("nan")
+
+    @property
+    def recall(self) -> float:
+        found = self.hits + len(self.missed)
+        return self.hits / found if found else float("nan")
+
+    def describe(self) -> str:
+        def share(value: float) -> str:
+            return "n/a" if np.isnan(value) else f"{value:.0%}"
+
+        return (
+            f"Alarm precision {share(self.precision)}: {self.right} of {self.judged} drift and "
+            f"performance triggers judged ({self.alarms} fired) trained a challenger that beat "
+            f"the champion by {WORTH} AUC or more over the next {self.horizon_days} days. Recall "
+            f"{share(self.recall)}: {self.hits} of them gained {MISSED} or more, and "
+            f"{len(self.missed)} scheduled retrainings gained that much with no alarm fired."
+        )
+
+
+def champions(runs: pd.DataFrame, flights: pd.DataFrame) -> pd.Series:
+    """The champion each retraining would replace: the version that scored its event day (the
+    day's scoring runs before the monitoring that fires). NaN before the first champion."""
+    days = pd.to_datetime(flights.flight_date).dt.date
+    scored = flights.model_version.groupby(days).agg(lambda v: v.mode().iloc[0])
+    days = pd.to_datetime(runs.event_day, errors="coerce").dt.date
+    return days.map(scored).astype("Float64")
+
+
+def judge(
+    runs: pd.DataFrame,
+    flights: pd.DataFrame,
+    predict: Callable[[int, pd.DataFrame], np.ndarray],
+    last_day: date,
+    horizon_days: int = HORIZON_DAYS,
+    min_days: int = MIN_DAYS,
+) -> pd.DataFrame:
+    """`runs` (event_day, trigger, version, champion) with the judgement of each retraining:
+    `judged_flights`, `champion_auc`, `challenger_auc` and `gain` over the flights (`flight_date`,
+    `is_late` and the model's inputs) of the `horizon_days` days after its event day, up to
+    `last_day`; a retraining with fewer than `min_days` of them is not judged.
+    `predict(version, frame)` scores a frame with a registered version; each version scores
+    each flight once."""
+    days = pd.to_datetime(flights.flight_date).dt.date
+    windows: list[pd.Index | None] = []
+    wanted: dict[int, set[int]] = {}
+    for row in runs.itertuples():
+        start = pd.to_datetime(row.event_day, errors="coerce")
+        versions = pd.to_numeric(pd.Series([row.version, row.champion]), errors="coerce")
+        if pd.isna(start) or versions.isna().any():
+            windows.append(None)  # failed, or nothing to replace (the first model)
+            continue
+        first, end = start.date() + timedelta(days=1), start.date() + timedelta(days=horizon_days)
+        if (min(end, last_day) - first).days + 1 < min_days:
+            windows.append(None)
+            continue
+        index = flights.index[(days >= first) & (days <= end)]
+        windows.append(index)
+        for version in versions.astype(int):
+            wanted.setdefault(int(version), set()).update(index)
+    scores = {
+        version: pd.Series(predict(version, flights.loc[sorted(rows)]), index=sorted(rows))
+        for version, rows in wanted.items()
+    }
+    judged = runs.copy()
+    columns: dict[str, list[float]] = {
+        "judged_flights": [],
+        "champion_auc": [],
+        "challenger_auc": [],
+    }
+    for row, index in zip(runs.itertuples(), windows, strict=True):
+        y = flights.is_late.loc[index].to_numpy() if index is not None else np.array([])
+        if index is None or not 0 < y.sum() < len(y):
+            for values in columns.values():
+                values.append(np.nan)
+            continue
+        columns["judged_flights"].append(len(index))
+        columns["champion_auc"].append(auroc(y, scores[int(row.champion)].loc[index]))
+        columns["challenger_auc"].append(auroc(y, scores[int(row.version)].loc[index]))
+    for name, values in columns.items():
+        judged[name] = values
+    judged["gain"] = judged.challenger_auc - judged.champion_auc
+    return judged
+
+
+def summarize(judged: pd.DataFrame, horizon_days: int = HORIZON_DAYS) -> AlarmSummary:
+    """Precision and recall of the alarms among `judged` retrainings (see the module)."""
+    trained = pd.to_numeric(judged.version, errors="coerce").notna()
+    alarms = judged[judged.trigger.isin(ALARMS) & trained]
+    scored = alarms[alarms.gain.notna()]
+    schedule = judged[(judged.trigger == SCHEDULE) & (judged.gain >= MISSED)]
+    return AlarmSummary(
+        alarms=len(alarms),
+        judged=len(scored),
+        right=int((scored.gain >= WORTH).sum()),
+        hits=int((scored.gain >= MISSED).sum()),
+        missed=schedule[["event_day", "version", "champion", "gain"]].reset_index(drop=True),
+        horizon_days=horizon_days,
+    )
