@@ -55,7 +55,7 @@ def _encode(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Float matrices for HistGradientBoosting: categorical columns as codes of the training
     rows' vocabulary (unseen values missing), numeric columns as they are; and the mask of the
-    columns it treats as categorical."""
+    columns it treats as categorical. Columns missing in every training row are left out."""
     x_train, x_other, categorical = [], [], []
     for column in features.categorical:
         vocabulary = pd.Index(train[column].dropna().unique())
@@ -71,7 +71,11 @@ def _encode(
         x_train.append(pd.to_numeric(train[column], errors="coerce").to_numpy(np.float64))
         x_other.append(pd.to_numeric(other[column], errors="coerce").to_numpy(np.float64))
         categorical.append(False)
-    return np.column_stack(x_train), np.column_stack(x_other), np.array(categorical)
+    train_matrix, other_matrix = np.column_stack(x_train), np.column_stack(x_other)
+    # A column with no value in the training rows says nothing (and HistGradientBoosting cannot
+    # bin it): left out of both.
+    known = ~np.isnan(train_matrix).all(axis=0)
+    return train_matrix[:, known], other_matrix[:, known], np.array(categorical)[known]
 
 
 def _fit_predict(

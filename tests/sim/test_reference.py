@@ -84,3 +84,14 @@ def test_unseen_categories_and_missing_values_are_scored() -> None:
     spend = pd.Series(40, index=sorted(frame.flight_date.unique()))
     weekly = weekly_reference(frame, spend, [START + timedelta(days=7)], FEATURES)
     assert weekly.reference.iloc[0] > 0.7 and weekly.reference_labels.iloc[0] == 7 * 40
+
+
+def test_a_feature_missing_in_every_training_row_is_left_out() -> None:
+    # The first week has no `noise` at all (a feed that did not deliver it yet), nor a carrier.
+    frame = flights(weeks=2)
+    first = frame.flight_date < START + timedelta(days=7)
+    frame.loc[first, "noise"] = np.nan
+    frame.loc[first, "carrier"] = None
+    spend = pd.Series(40, index=sorted(frame.flight_date.unique()))
+    weekly = weekly_reference(frame, spend, [START + timedelta(days=7)], FEATURES)
+    assert weekly.reference.iloc[0] > 0.7 and weekly.ceiling.iloc[0] > 0.7
