@@ -77,7 +77,7 @@ def champions(runs: pd.DataFrame, flights: pd.DataFrame) -> pd.Series:
     days = pd.to_datetime(flights.flight_date).dt.date
     scored = flights.model_version.groupby(days).agg(lambda v: v.mode().iloc[0])
     days = pd.to_datetime(runs.event_day, errors="coerce").dt.date
-    return days.map(scored).astype("Float64")
+    return days.map(scored).astype("Int64")
 
 
 def judge(
