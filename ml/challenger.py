@@ -48,7 +48,7 @@ def configs_from_params(
 def best_epoch(history: list[dict[str, float]], monitor: str) -> dict[str, float]:
     """The record of the epoch a trial was scored by, picked as the trial's own history picks."""
     records = MetricHistory(monitor)
-    records.records = list(history)
+    records.load_state_dict({"records": history})
     best = records.best()
     if not best:
         raise RuntimeError(f"the best trial recorded no {monitor} for any epoch")

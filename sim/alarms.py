@@ -23,13 +23,12 @@ import numpy as np
 import pandas as pd
 
 from ml.metrics import auroc
+from pipelines.defs.monitoring.triggers import ALARM_TRIGGERS, SCHEDULE_TRIGGER
 
 HORIZON_DAYS = 14
 MIN_DAYS = 7  # a retraining with fewer production days after it is not judged
 WORTH = 0.01
 MISSED = 0.02
-ALARMS = ("drift", "performance")
-SCHEDULE = "schedule"
 JUDGEMENT = ["champion", "judged_flights", "champion_auc", "challenger_auc", "gain"]
 
 
@@ -111,10 +110,10 @@ def judge(
         windows.append(index)
         for version in versions.astype(int):
             wanted.setdefault(int(version), set()).update(index)
-    scores = {
-        version: pd.Series(predict(version, flights.loc[sorted(rows)]), index=sorted(rows))
-        for version, rows in wanted.items()
-    }
+    scores = {}
+    for version, rows in wanted.items():
+        index = pd.Index(sorted(rows))
+        scores[version] = pd.Series(predict(version, flights.loc[index]), index=index)
     judged = runs.copy()
     columns: dict[str, list[float]] = {
         "judged_flights": [],
@@ -139,9 +138,9 @@ def judge(
 def summarize(judged: pd.DataFrame, horizon_days: int = HORIZON_DAYS) -> AlarmSummary:
     """Precision and recall of the alarms among `judged` retrainings (see the module)."""
     trained = pd.to_numeric(judged.version, errors="coerce").notna()
-    alarms = judged[judged.trigger.isin(ALARMS) & trained]
+    alarms = judged[judged.trigger.isin(ALARM_TRIGGERS) & trained]
     scored = alarms[alarms.gain.notna()]
-    schedule = judged[(judged.trigger == SCHEDULE) & (judged.gain >= MISSED)]
+    schedule = judged[(judged.trigger == SCHEDULE_TRIGGER) & (judged.gain >= MISSED)]
     return AlarmSummary(
         alarms=len(alarms),
         judged=len(scored),

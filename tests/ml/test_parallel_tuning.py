@@ -73,7 +73,8 @@ def kill_worker_mid_trial(config: TuneConfig, worker: int, killed: list[int]) ->
                 pid = trial.user_attrs["pid"]
                 os.kill(pid, signal.SIGSTOP)
                 time.sleep(0.3)  # a write already sent reaches the storage
-                if study._storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
+                running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                if trial.number not in {t.number for t in running}:
                     os.kill(pid, signal.SIGCONT)
                     continue
                 os.kill(pid, signal.SIGKILL)

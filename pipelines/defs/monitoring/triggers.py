@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
 
 TRIGGER_TAG = "flywheel/trigger"
 EVENT_DAY_TAG = "flywheel/event_day"
-ALARM_TRIGGERS = ("drift", "performance")
+ALARM_TRIGGERS = ("drift", "performance")  # the sensors' trigger tags
+SCHEDULE_TRIGGER = "schedule"
 ACTIVE = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -212,7 +213,7 @@ def build_monitoring_triggers(
             return dg.SkipReason(f"no label came in since run {seen}")
         return dg.RunRequest(
             run_key=f"retraining_schedule:{moment.isoformat()}",
-            tags={TRIGGER_TAG: "schedule", EVENT_DAY_TAG: day},
+            tags={TRIGGER_TAG: SCHEDULE_TRIGGER, EVENT_DAY_TAG: day},
         )
 
     return drift, performance, retraining_schedule
