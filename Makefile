@@ -12,12 +12,16 @@ PY := $(VENV)/bin/python
 DAYS ?= 184
 START ?= 2013-07-01
 RUN_ARGS ?=
+# `make compare`: the same days under each retraining policy (static, weekly, drift, performance,
+# flywheel), each a main job of its own; November and December by default (README, Benchmarks).
+COMPARE_START ?= 2013-11-01
+COMPARE_DAYS ?= 61
 
 export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel
 export DAGSTER_HOME ?= $(FLYWHEEL_HOME)/dagster
 export DBT_SEND_ANONYMOUS_USAGE_STATS := false
 
-.PHONY: setup flywheel test test-all lint dev data-pull clean stack-up stack-down stack-status stack-flywheel
+.PHONY: setup flywheel compare test test-all lint dev data-pull clean stack-up stack-down stack-status stack-flywheel
 
 setup: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml dbt_project/target/manifest.json
 
@@ -41,6 +45,9 @@ dbt_project/target/manifest.json: $(VENV)/.installed $(shell find dbt_project -n
 
 flywheel: setup
 	$(PY) -m sim run --start $(START) --days $(DAYS) $(RUN_ARGS)
+
+compare: setup
+	$(PY) -m sim compare --start $(COMPARE_START) --days $(COMPARE_DAYS) $(RUN_ARGS)
 
 # Two workers: the stack tests (one group, one stack at a time) mostly wait on their processes
 # while the other worker computes.

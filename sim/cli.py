@@ -20,6 +20,7 @@ from sim.clock import read_clock, write_clock
 from sim.console import log_path, output_to_log, say
 from sim.daemon import DaemonDriveError
 from sim.drift import PlantedDrift, parse_drift
+from sim.driver import POLICIES
 from sim.executor import RunFailedError
 from sim.label_studio_server import VERSION as LABEL_STUDIO_VERSION
 from sim.label_studio_server import LabelStudioServerError, LocalLabelStudio
@@ -52,8 +53,46 @@ def _drift(text: str) -> PlantedDrift:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _policies(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names or len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name each policy once, of {', '.join(POLICIES)}"
+        )
+    return names
+
+
+def _play_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `run` and `compare` share: the days, the first model and the retraining budget."""
+    parser.add_argument("--days", type=_positive_int, required=True, help="how many days")
+    parser.add_argument(
+        "--bootstrap-days", type=_positive_int, default=21, help="days before the first model"
+    )
+    parser.add_argument(
+        "--trials", type=_positive_int, help="tuning trials per retraining (FLYWHEEL_TRIALS, 4)"
+    )
+    parser.add_argument(
+        "--max-epochs", type=_positive_int, help="epochs per trial (FLYWHEEL_MAX_EPOCHS, 12)"
+    )
+    parser.add_argument(
+        "--drift", type=_drift, help="plant a drift, e.g. celsius@2013-11-01 (weather in Celsius)"
+    )
+    parser.add_argument(
+        "--validation-days",
+        type=_positive_int,
+        help="latest labelled days each retraining holds out to validate on, before its test "
+        "(FLYWHEEL_VALIDATION_DAYS, 7)",
+    )
+    parser.add_argument(
+        "--test-days",
+        type=_positive_int,
+        help="latest labelled days each retraining holds out to test on (FLYWHEEL_TEST_DAYS, 7)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: `advance` and `status` subcommands."""
+    """The command line: `advance`, `run`, `compare`, `label-studio`, `annotators`, `status`."""
     parser = argparse.ArgumentParser(prog="flywheel-sim", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     advance = commands.add_parser("advance", help="land the next days' production files")
@@ -65,32 +104,23 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run", help="the main job: land day by day and run the pipeline as its sensors ask"
     )
-    run.add_argument("--days", type=_positive_int, required=True, help="how many days")
     run.add_argument("--start", type=_iso_day, help="first day (default: the day after the clock)")
+    _play_arguments(run)
     run.add_argument(
-        "--bootstrap-days", type=_positive_int, default=21, help="days before the first model"
-    )
-    run.add_argument(
-        "--trials", type=_positive_int, help="tuning trials per retraining (FLYWHEEL_TRIALS, 4)"
-    )
-    run.add_argument(
-        "--max-epochs", type=_positive_int, help="epochs per trial (FLYWHEEL_MAX_EPOCHS, 12)"
-    )
-    run.add_argument(
-        "--drift", type=_drift, help="plant a drift, e.g. celsius@2013-11-01 (weather in Celsius)"
-    )
-    run.add_argument(
-        "--validation-days",
-        type=_positive_int,
-        help="latest labelled days each retraining holds out to validate on, before its test "
-        "(FLYWHEEL_VALIDATION_DAYS, 7)",
-    )
-    run.add_argument(
-        "--test-days",
-        type=_positive_int,
-        help="latest labelled days each retraining holds out to test on (FLYWHEEL_TEST_DAYS, 7)",
+        "--policy",
+        choices=list(POLICIES),
+        default="flywheel",
+        help="the retraining triggers on after the first model: flywheel (default: both "
+        "sensors and the weekly schedule), static (none), weekly, drift or performance",
     )
     run.add_argument("--report-dir", type=Path, help="default: $FLYWHEEL_HOME/report")
+    run.add_argument(
+        "--no-baselines",
+        dest="baselines",
+        action="store_false",
+        help="do not train the report's same-budget reference and all-labels ceiling",
+    )
+    run.add_argument("--brief", action="store_true", help="print the report's path, not the report")
     run.add_argument(
         "--pool-wait",
         type=_positive_int,
@@ -114,6 +144,24 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("files", "label-studio"),
         help="where labeling tasks go: the outbox/inbox files (default), or Label Studio, "
         "FLYWHEEL_LABEL_STUDIO_URL's or else the local one (flywheel-sim label-studio start)",
+    )
+    compare = commands.add_parser(
+        "compare",
+        help="play the same days under several retraining policies, each in its own state "
+        "folder, and write one report",
+    )
+    compare.add_argument("--start", type=_iso_day, required=True, help="first day")
+    _play_arguments(compare)
+    compare.add_argument(
+        "--policies",
+        type=_policies,
+        default=list(POLICIES),
+        help=f"comma-separated, of {', '.join(POLICIES)} (default: all)",
+    )
+    compare.add_argument(
+        "--out",
+        type=Path,
+        help="the policies' state folders and the report (default: $FLYWHEEL_HOME/compare)",
     )
     studio = commands.add_parser(
         "label-studio",
@@ -184,7 +232,7 @@ def retraining_budget(args: argparse.Namespace) -> dict[str, int]:
         flag = getattr(args, attribute)
         if flag is None or flag == settings[name]:
             continue
-        if args.daemon:
+        if getattr(args, "daemon", False):
             option = "--" + attribute.replace("_", "-")
             raise UsageError(
                 f"{option} {flag} differs from the stack's {name}={settings[name]}, which its "
@@ -213,6 +261,32 @@ def run_logged(days: int, start: date | None, options: RunOptions) -> int:
             return 1
         finally:
             say(f"logs: {log}")
+
+
+def compare_policies(args: argparse.Namespace) -> int:
+    """`flywheel-sim compare`: every policy's main job, then the comparison's report."""
+    from sim.compare import PolicyFailedError, compare
+
+    budget = retraining_budget(args)
+    options = RunOptions(
+        bootstrap_days=args.bootstrap_days,
+        trials=budget["FLYWHEEL_TRIALS"],
+        max_epochs=budget["FLYWHEEL_MAX_EPOCHS"],
+        drift=args.drift,
+        validation_days=budget["FLYWHEEL_VALIDATION_DAYS"],
+        test_days=budget["FLYWHEEL_TEST_DAYS"],
+    )
+    days_to_play(args.days, args.start)  # a start outside the task is a usage error
+    out = (args.out or flywheel_home() / "compare").resolve()
+    try:
+        markdown, summary = compare(args.days, args.start, options, args.policies, out)
+    except PolicyFailedError as e:
+        say(f"error: {e}", error=True)
+        return 1
+    say(summary.to_markdown(index=False, floatfmt=".3f"))
+    say(f"report: {markdown} and {markdown.parent / 'weekly_auc.png'}")
+    say(f"see a policy's runs and assets: make dev FLYWHEEL_HOME={out}/<policy>")
+    return 0
 
 
 def label_studio(action: str, port: int) -> int:
@@ -291,8 +365,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 test_days=budget["FLYWHEEL_TEST_DAYS"],
                 daemon=args.daemon,
                 daemon_timeout_s=args.daemon_timeout,
+                policy=args.policy,
+                baselines=args.baselines,
+                brief=args.brief,
             )
             return run_logged(args.days, args.start, options)
+        if args.command == "compare":
+            return compare_policies(args)
         if args.command == "annotators":
             serve(flywheel_home(), annotators_for(label_exchange(), latency_days=1))
             return 0

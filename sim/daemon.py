@@ -29,7 +29,13 @@ import dagster as dg
 from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.scheduler.instigation import InstigatorStatus, TickStatus
 
-from sim.driver import DAILY_SENSORS, MONITORING_SENSORS, RETRAINING_JOB, Driver
+from sim.driver import (
+    DAILY_SENSORS,
+    MONITORING_SENSORS,
+    RETRAINING_JOB,
+    RETRAINING_TRIGGERS,
+    Driver,
+)
 from sim.executor import RunFailedError, RunSummary, TickReport, failure_message
 
 LOCATION, REPOSITORY = "flywheel", "__repository__"
@@ -125,8 +131,9 @@ class DaemonDriver(Driver):
         deliver_labels: Callable[[date], None],
         run_configs: dict[str, dict] | None = None,
         timeout_s: float = 1800.0,
+        triggers: tuple[str, ...] = RETRAINING_TRIGGERS,
     ):
-        super().__init__(defs, instance, land, deliver_labels)
+        super().__init__(defs, instance, land, deliver_labels, triggers)
         self.webserver, self.timeout_s = webserver, timeout_s
         self.run_configs = run_configs or {}
         self.started = time.time()
@@ -138,12 +145,18 @@ class DaemonDriver(Driver):
                 f"schedule {', '.join(running)} is running on this instance: the daemon would tick "
                 "it on today's calendar, while the simulation keeps its own; stop it in the UI"
             )
+        off = [n for n in MONITORING_SENSORS if n not in triggers]
+        if stray := sorted(set(off) & set(self._states(InstigatorType.SENSOR))):
+            raise DaemonDriveError(
+                f"sensor {', '.join(stray)} is running on this instance, but the retraining "
+                f"policy turns on only {', '.join(triggers) or 'no trigger'}: stop it in the UI"
+            )
         self._start(DAILY_SENSORS)
 
     @Driver.retraining.setter
     def retraining(self, on: bool) -> None:
         if on:
-            self._start(MONITORING_SENSORS)
+            self._start(tuple(n for n in MONITORING_SENSORS if n in self.triggers))
         self._retraining = on
 
     def _states(self, kind: InstigatorType) -> dict[str, object]:

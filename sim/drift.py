@@ -42,6 +42,10 @@ class PlantedDrift:
         if self.kind not in KINDS:
             raise ValueError(f"unknown drift {self.kind!r}; known: {sorted(KINDS)}")
 
+    def __str__(self) -> str:
+        """As the command line writes it (`parse_drift`'s input)."""
+        return f"{self.kind}@{self.start.isoformat()}"
+
     def __call__(self, feed: str, day: date, frame: pd.DataFrame) -> pd.DataFrame:
         """The feed's rows for `day`, drifted if `day` is on or after the start."""
         return KINDS[self.kind](feed, frame) if day >= self.start else frame

@@ -99,6 +99,16 @@ RETRAINING_JOB = "retraining_job"
 DAILY_SENSORS = ("landing_sensor", "label_export_sensor", "inbox_sensor")
 MONITORING_SENSORS = ("drift_sensor", "performance_sensor")
 RETRAINING_SCHEDULE = "retraining_schedule"
+RETRAINING_TRIGGERS = (*MONITORING_SENSORS, RETRAINING_SCHEDULE)
+# Retraining policies: which of the retraining triggers are on once the first model is trained.
+# `flywheel` is the pipeline as deployed; the others are what a team would otherwise run.
+POLICIES: dict[str, tuple[str, ...]] = {
+    "static": (),
+    "weekly": (RETRAINING_SCHEDULE,),
+    "drift": ("drift_sensor",),
+    "performance": ("performance_sensor",),
+    "flywheel": RETRAINING_TRIGGERS,
+}
 
 
 class Driver:
@@ -108,7 +118,8 @@ class Driver:
     A day: its files land; the annotators deliver the day's answers; in the night after it, the
     retraining schedule's ticks (the simulated calendar: a day passes in seconds, so no real
     cron could tick it). The retraining triggers (the monitoring sensors and the schedule) are on
-    once `retraining` is: an operator trains the first model (`retrain`), then turns them on.
+    once `retraining` is: an operator trains the first model (`retrain`), then turns them on;
+    `triggers` names those the retraining policy turns on (default: all of them).
     """
 
     def __init__(
@@ -117,9 +128,14 @@ class Driver:
         instance: dg.DagsterInstance,
         land: Callable[[date], None],
         deliver_labels: Callable[[date], None],
+        triggers: tuple[str, ...] = RETRAINING_TRIGGERS,
     ):
+        unknown = sorted(set(triggers) - set(RETRAINING_TRIGGERS))
+        if unknown:
+            raise ValueError(f"unknown retraining triggers {unknown}: not in {RETRAINING_TRIGGERS}")
         self.defs, self.instance = defs, instance
         self.land, self.deliver_labels = land, deliver_labels
+        self.triggers = tuple(triggers)
         self.schedule = ScheduleTicker(defs, instance, RETRAINING_SCHEDULE)
         self._retraining = False
 
@@ -150,7 +166,7 @@ class Driver:
         report = self.react()
         self.deliver_labels(day)
         report.extend(self.react())
-        if self.retraining:
+        if self.retraining and RETRAINING_SCHEDULE in self.triggers:
             # The night after `day`: the weekly schedule's ticks up to the next day's landing.
             night = datetime.combine(day, datetime.min.time(), tzinfo=UTC) + timedelta(days=1)
             for moment in self.schedule.due(night, night + timedelta(days=1)):
@@ -187,11 +203,14 @@ class FlywheelDriver(Driver):
         deliver_labels: Callable[[date], None],
         run_configs: dict[str, dict] | None = None,
         pool_wait_s: float = 600.0,
+        triggers: tuple[str, ...] = RETRAINING_TRIGGERS,
     ):
-        super().__init__(defs, instance, land, deliver_labels)
+        super().__init__(defs, instance, land, deliver_labels, triggers)
         self.executor = RunExecutor(defs, instance, run_configs, pool_wait_s)
         self.daily = [SensorTicker(self.executor, n, state) for n in DAILY_SENSORS]
-        self.monitors = [SensorTicker(self.executor, n, state) for n in MONITORING_SENSORS]
+        self.monitors = [
+            SensorTicker(self.executor, n, state) for n in MONITORING_SENSORS if n in triggers
+        ]
         # At start-up, as the daemon's run monitoring would: runs left by a killed process.
         self.executor.recover()
 

@@ -58,6 +58,12 @@ class RunOptions:
     # world waits for the pipeline to be idle before it fails naming what is still busy.
     daemon: bool = False
     daemon_timeout_s: float = 1800.0
+    # Which retraining triggers are on after the first model (sim.driver.POLICIES).
+    policy: str = "flywheel"
+    # Whether the report trains the same-budget reference and the all-labels ceiling.
+    baselines: bool = True
+    # Print the report's path at the end, not the whole report.
+    brief: bool = False
 
     def run_configs(self) -> dict[str, dict]:
         """The operator's run config of the retraining job."""
@@ -112,7 +118,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     from pipelines.lib.registry import champion, registered_name, versions
     from sim.annotator_service import AnnotatorProcess
     from sim.daemon import WEBSERVER_URL, DaemonDriver, webserver_from_env
-    from sim.driver import RETRAINING_JOB, Driver, FlywheelDriver
+    from sim.driver import POLICIES, RETRAINING_JOB, Driver, FlywheelDriver
     from sim.labeling import annotators_for
     from sim.report import resource, write_report
 
@@ -152,6 +158,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 service.deliver,
                 options.run_configs(),
                 options.daemon_timeout_s,
+                POLICIES[options.policy],
             )
         else:
             driver = FlywheelDriver(
@@ -162,6 +169,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 annotators.deliver,
                 options.run_configs(),
                 options.pool_wait_s,
+                POLICIES[options.policy],
             )
         if versions(tracker, name):
             driver.retraining = True
@@ -203,6 +211,8 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             if options.daemon
             else "Driven in process.",
             f"Planted drift: {options.drift or 'none'}.",
+            f"Retraining policy: {options.policy} (after the first model: "
+            f"{', '.join(POLICIES[options.policy]) or 'no retraining'}).",
         ]
         report = write_report(
             defs,
@@ -212,11 +222,13 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             registered[0].version,
             options.report_dir or home / "report",
             header,
+            baselines=options.baselines,
         )
-    say(report.markdown.read_text())
+    if not options.brief:
+        say(report.markdown.read_text())
     say(f"report: {report.markdown} and {report.plot}")
     if options.daemon:
         say(f"see the runs and assets in the stack's Dagster UI: {os.environ[WEBSERVER_URL]}")
-    else:
+    elif not options.brief:
         say("see the runs and assets: make dev (Dagster UI at http://127.0.0.1:3000)")
     return 0

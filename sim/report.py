@@ -201,20 +201,23 @@ def write_report(
     header: list[str],
     horizon_days: int = alarms.HORIZON_DAYS,
     min_days: int = alarms.MIN_DAYS,
+    baselines: bool = True,
 ) -> Report:
-    """Compute the report's tables and write `flywheel_report.md` and `weekly_auc.png`; each
-    retraining is judged on the `horizon_days` after it (see sim.alarms)."""
+    """Compute the report's tables and write `flywheel_report.md`, `weekly_auc.png` and the
+    tables as CSV (`weekly.csv`, `retrainings.csv`, `labels.csv`); each retraining is judged on
+    the `horizon_days` after it (see sim.alarms). Without `baselines`, the same-budget
+    reference and the ceiling are not trained (their columns stay empty)."""
     from ml.plots import weekly_auc_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
     flights, predict = production_flights(defs, *production), version_scores(defs, task_name)
     weekly = weekly_auc(flights, predict(static, flights) if len(flights) else np.array([]))
     models = ["flywheel", "static", "reference", "ceiling"]
-    if len(weekly):
+    if len(weekly) and baselines:
         references = reference_auc(defs, task_name, production[1], list(weekly.week))
         weekly = weekly.merge(references, on="week", how="left")
     else:
-        weekly = weekly.assign(reference=[], ceiling=[], reference_labels=[])
+        weekly = weekly.assign(reference=np.nan, ceiling=np.nan, reference_labels=np.nan)
     first = ["week", "flights", "late_rate", *models]
     weekly = weekly[first + [c for c in weekly.columns if c not in first and c != "ceiling_labels"]]
     weekly = weekly.rename(columns={"reference_labels": "labels_before"})
@@ -241,14 +244,19 @@ def write_report(
         ]
     )
     mean = weekly[[*models, "flywheel_logloss", "static_logloss"]].mean()
-    summary = (
-        f"Mean weekly production AUC over {len(weekly)} weeks (every scored flight, outcomes "
-        f"from the simulator): flywheel {mean.flywheel:.3f}, static model (version {static}) "
-        f"{mean.static:.3f}; log loss {mean.flywheel_logloss:.3f} vs {mean.static_logloss:.3f}. "
+    references = (
         f"Same-budget reference {mean.reference:.3f}, all-labels ceiling {mean.ceiling:.3f}: a "
         "HistGradientBoosting retrained each Monday on the same features, from as many "
         "uniformly random labels of each day as the flywheel got (`labels_before`: those "
         "before the week), and from every outcome."
+        if baselines
+        else "The same-budget reference and the all-labels ceiling were not trained."
+    )
+    summary = (
+        f"Mean weekly production AUC over {len(weekly)} weeks (every scored flight, outcomes "
+        f"from the simulator): flywheel {mean.flywheel:.3f}, static model (version {static}) "
+        f"{mean.static:.3f}; log loss {mean.flywheel_logloss:.3f} vs {mean.static_logloss:.3f}. "
+        + references
         if len(weekly)
         else "No production week was scored."
     )
@@ -273,4 +281,6 @@ def write_report(
     )
     markdown = out_dir / "flywheel_report.md"
     markdown.write_text(text + "\n")
+    for name, frame in (("weekly", weekly), ("retrainings", runs), ("labels", labels)):
+        frame.to_csv(out_dir / f"{name}.csv", index=False)
     return Report(weekly, runs, labels, judged, markdown, plot)

@@ -1,0 +1,120 @@
+"""`flywheel-sim compare`: the same days played under several retraining policies.
+
+The first model trains after six days; from day eight the weather feed reports temperatures in
+Celsius (the end-to-end test's window), so the drift policy retrains while the static one keeps
+its first model.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.cli import main
+from sim.driver import POLICIES, RETRAINING_SCHEDULE, Driver
+from sim.executor import TickReport
+
+ARGS = ["compare", "--start", "2013-09-02", "--days", "10", "--bootstrap-days", "6"]
+ARGS += ["--trials", "1", "--max-epochs", "2", "--validation-days", "2", "--test-days", "2"]
+ARGS += ["--drift", "celsius@2013-09-09"]
+
+
+def day_lines(output: str, policy: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(f"{policy}: [")]
+
+
+def test_policies_play_on_their_own_state_and_a_second_call_resumes(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path / "home"))
+    out = tmp_path / "compare"
+    args = [*ARGS, "--out", str(out)]
+
+    assert main([*args, "--policies", "static"]) == 0
+    assert len(day_lines(capsys.readouterr().out, "static")) == 10
+    # The same comparison again with one more policy: static has nothing left to play.
+    assert main([*args, "--policies", "static,drift"]) == 0
+    printed = capsys.readouterr().out
+    assert day_lines(printed, "static") == [] and len(day_lines(printed, "drift")) == 10
+
+    static, drift = (
+        pd.read_csv(out / policy / "report" / "retrainings.csv") for policy in ("static", "drift")
+    )
+    assert static.trigger.tolist() == ["bootstrap"]
+    assert drift.trigger.iloc[0] == "bootstrap" and "drift" in set(drift.trigger)
+    assert set(drift.trigger) == {"bootstrap", "drift"}  # no schedule, no performance sensor
+    # Each policy has its own warehouse and Dagster instance.
+    for policy in ("static", "drift"):
+        assert (out / policy / "warehouse.duckdb").exists()
+        assert (out / policy / "dagster" / "dagster.yaml").exists()
+        assert list((out / policy / "checkout" / "data" / "datasets").glob("*.dvc"))
+
+    own = pd.read_csv(out / "static" / "report" / "weekly.csv")
+    np.testing.assert_allclose(own.flywheel, own.static)  # its champion never changed
+    weekly = pd.read_csv(out / "report" / "weekly.csv")
+    assert list(weekly.columns) == [
+        "week",
+        "flights",
+        "late_rate",
+        "static",
+        "drift",
+        "reference",
+        "ceiling",
+    ]
+    # The same first model scored the first production week in both.
+    assert weekly.static.iloc[0] == pytest.approx(weekly.drift.iloc[0])
+    assert weekly.reference.notna().any()
+    # The baselines are trained once, in the first policy's report.
+    assert pd.read_csv(out / "drift" / "report" / "weekly.csv").reference.isna().all()
+
+    text = (out / "report" / "compare_report.md").read_text()
+    summary = text.split("## Summary")[1].split("## Production")[0]
+    assert "| static" in summary and "| drift" in summary
+    rows = {line.split("|")[1].strip(): line for line in summary.splitlines() if "|" in line}
+    assert f"drift {(drift.trigger == 'drift').sum()}" in rows["drift"]
+    assert (out / "report" / "weekly_auc.png").read_bytes()[:4] == b"\x89PNG"
+
+    # Other settings in the same folder are refused, never mixed in.
+    with pytest.raises(SystemExit) as refused:
+        main([*args[:4], "11", *args[5:], "--policies", "static"])
+    assert refused.value.code == 2
+    assert "holds a comparison of other settings" in capsys.readouterr().err
+
+
+class Recorded(Driver):
+    """A driver whose pipeline does nothing: it records what the schedule was asked."""
+
+    def __init__(self, triggers):
+        from pipelines.definitions import defs
+
+        super().__init__(defs, None, lambda day: None, lambda day: None, triggers)
+        self.asked = []
+
+        class Schedule:
+            origin = None
+
+            def due(_, start: datetime, end: datetime) -> list[datetime]:
+                self.asked.append(start)
+                return []
+
+        self.schedule = Schedule()
+
+    def react(self) -> TickReport:
+        return TickReport()
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_the_weekly_schedule_ticks_only_where_the_policy_turns_it_on(policy) -> None:
+    driver = Recorded(POLICIES[policy])
+    driver.retraining = True
+    driver.day(date(2013, 9, 8))
+    expected = [datetime(2013, 9, 9, tzinfo=UTC)] if RETRAINING_SCHEDULE in POLICIES[policy] else []
+    assert driver.asked == expected
+
+
+def test_an_unknown_trigger_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown retraining triggers"):
+        Recorded(("drift_sensor", "hourly_schedule"))
