@@ -1,0 +1,162 @@
+"""Benchmark: does any label-free signal on a retraining's event day say whether it will pay?
+
+    python -m bench.alarm_signals --home DIR [--shuffles 300]
+
+Reads a finished main job's state (its FLYWHEEL_HOME). Every retraining is judged as the report
+judges it (sim.alarms: its challenger's production AUC over the 14 days after its event day,
+minus the champion's). Beside it, what the drift sensor saw that day (`monitoring_feature_drift`:
+the PSI and KS of each feature, and the PSI of the champion's scores, against the champion's
+training data): how many features drifted, the largest and the mean PSI, the largest KS, the
+scores' PSI, each feature's PSI, and the champion's age. For each signal it prints Spearman's rho
+with the gain, the signal's AUC at telling the retrainings that gained `sim.alarms.WORTH` or
+more, and the precision of an alarm that fires on the signal's top third. With a few dozen
+retrainings some signal always looks good by chance, so the best one is set against the best of
+the same signals with the gains shuffled (a permutation test over all signals at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ml.metrics import auroc
+
+SUMMARIES = ["drifted_features", "max_psi", "mean_psi", "max_ks", "prediction_psi", "age_days"]
+
+
+def judged_retrainings(home: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The run's retrainings judged by the report's rules, and its daily drift table."""
+    os.environ["FLYWHEEL_HOME"] = str(home)
+    os.environ.setdefault("DAGSTER_HOME", str(home / "dagster"))
+    os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
+    import dagster as dg
+
+    from pipelines.contracts import load_task
+    from pipelines.definitions import defs
+    from pipelines.lib.registry import registered_name, versions
+    from sim.clock import read_progress
+    from sim.report import resource, write_report
+
+    played, production_start = read_progress(home)
+    if played is None or production_start is None:
+        raise SystemExit(f"{home} holds no played production period")
+    task = load_task().name
+    with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as out:
+        static = versions(resource(defs, "tracker"), registered_name(task))[0].version
+        report = write_report(
+            defs, instance, task, (production_start, played), static, Path(out), [], baselines=False
+        )
+    drift = resource(defs, "warehouse").query(
+        "select monitored_on, feature, kind, psi, ks, is_drifted from monitoring_feature_drift"
+    )
+    return report.retrainings, drift
+
+
+def signals(runs: pd.DataFrame, drift: pd.DataFrame) -> pd.DataFrame:
+    """A row per judged retraining: its gain and what the drift sensor saw on its event day."""
+    drift = drift.assign(monitored_on=pd.to_datetime(drift.monitored_on).dt.date.astype(str))
+    judged = runs[runs.gain.notna() & (runs.trigger != "bootstrap")].copy()
+    trained_on = runs.set_index("version").event_day.to_dict()
+    rows = []
+    for run in judged.itertuples():
+        day = drift[drift.monitored_on == run.event_day]
+        features, scores = day[day.kind != "prediction"], day[day.kind == "prediction"]
+        row = {
+            "event_day": run.event_day,
+            "trigger": run.trigger,
+            "gain": run.gain,
+            "drifted_features": int(features.is_drifted.sum()),
+            "max_psi": features.psi.max(),
+            "mean_psi": features.psi.mean(),
+            "max_ks": features.ks.max(),
+            "prediction_psi": scores.psi.iloc[0] if len(scores) else np.nan,
+            "age_days": (
+                pd.Timestamp(run.event_day) - pd.Timestamp(trained_on[int(run.champion)])
+            ).days
+            if pd.notna(run.champion) and int(run.champion) in trained_on
+            else np.nan,
+        }
+        row.update({f"psi_{f.feature}": f.psi for f in features.itertuples()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def separation(x: pd.Series, worth: pd.Series) -> float:
+    """The signal's AUC at telling the retrainings that paid (NaN rows left out)."""
+    known = x.notna()
+    y = worth[known]
+    return auroc(y.to_numpy(), x[known].to_numpy()) if 0 < y.sum() < len(y) else np.nan
+
+
+def signal_table(table: pd.DataFrame, worth: pd.Series) -> pd.DataFrame:
+    """Per signal: rho with the gain, AUC, and the precision of firing on its top third."""
+    from scipy.stats import spearmanr
+
+    rows = []
+    for name in [c for c in table.columns if c not in ("event_day", "trigger", "gain")]:
+        x = table[name].astype(float)
+        if x.notna().sum() < 10 or x.nunique() < 2:
+            continue
+        rho, p = spearmanr(x, table.gain, nan_policy="omit")
+        fires = x >= x.quantile(2 / 3)
+        rows.append(
+            {
+                "signal": name,
+                "rho": rho,
+                "p": p,
+                "auc": separation(x, worth),
+                "fires": int(fires.sum()),
+                "precision": worth[fires].mean(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def best_separation(table: pd.DataFrame, names: list[str], worth: pd.Series) -> float:
+    return max(abs(separation(table[n].astype(float), worth) - 0.5) for n in names)
+
+
+def main() -> None:
+    from sim.alarms import WORTH
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--home", type=Path, required=True, help="a finished main job's state")
+    parser.add_argument("--shuffles", type=int, default=300, help="permutations of the gains")
+    args = parser.parse_args()
+    runs, drift = judged_retrainings(args.home.resolve())
+    table = signals(runs, drift)
+    if len(table) < 10:
+        raise SystemExit(f"{len(table)} judged retrainings: too few to compare signals")
+    worth = (table.gain >= WORTH).astype(float)
+    print(
+        f"{len(table)} judged retrainings after the first model "
+        f"({table.trigger.value_counts().to_dict()}); {int(worth.sum())} gained {WORTH} AUC or "
+        f"more ({worth.mean():.0%}: the precision of an alarm that fires at random)"
+    )
+    stats = signal_table(table, worth)
+    stats["separation"] = (stats.auc - 0.5).abs()
+    shown = stats.sort_values("separation", ascending=False)
+    shown = pd.concat([shown[shown.signal.isin(SUMMARIES)], shown.head(10)]).drop_duplicates()
+    print(shown.drop(columns="separation").to_markdown(index=False, floatfmt=".3f"))
+    names = list(stats.signal)
+    observed = best_separation(table, names, worth)
+    rng = np.random.default_rng(0)
+    null = [
+        best_separation(table, names, pd.Series(rng.permutation(worth.to_numpy())))
+        for _ in range(args.shuffles)
+    ]
+    print(
+        f"best signal |AUC - 0.5| = {observed:.3f} over {len(names)} signals; with the gains "
+        f"shuffled {args.shuffles} times the best reaches that or more in "
+        f"{np.mean(np.array(null) >= observed):.0%} (family-wise p), 95th percentile "
+        f"{np.quantile(null, 0.95):.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
