@@ -13,12 +13,15 @@ for again; a folder holding a comparison of other days is refused, never mixed i
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
@@ -127,6 +130,24 @@ def environment(home: Path) -> dict[str, str]:
     return env
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """In the child, before it runs the main job: ask Linux to kill it when its parent dies. A
+    compare killed with SIGKILL would otherwise leave its policy's main job running, and the
+    same command run again would start a second one on the same state."""
+
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # the parent died before the request was in place
+            os._exit(1)
+
+    return arm
+
+
 def play(comparison: Comparison, policy: str, out: Path, baselines: bool) -> float:
     """Play `policy`'s main job in its own process and state folder; its day lines are shown
     prefixed by the policy. Returns its wall seconds; raises naming the policy if it fails."""
@@ -142,6 +163,7 @@ def play(comparison: Comparison, policy: str, out: Path, baselines: bool) -> flo
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
+        preexec_fn=_die_with_parent(os.getpid()) if sys.platform == "linux" else None,
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:

@@ -7,7 +7,12 @@ its first model.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,6 +25,9 @@ from sim.executor import TickReport
 ARGS = ["compare", "--start", "2013-09-02", "--days", "10", "--bootstrap-days", "6"]
 ARGS += ["--trials", "1", "--max-epochs", "2", "--validation-days", "2", "--test-days", "2"]
 ARGS += ["--drift", "celsius@2013-09-09"]
+
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def day_lines(output: str, policy: str) -> list[str]:
@@ -118,3 +126,51 @@ def test_the_weekly_schedule_ticks_only_where_the_policy_turns_it_on(policy) -> 
 def test_an_unknown_trigger_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown retraining triggers"):
         Recorded(("drift_sensor", "hourly_schedule"))
+
+
+def live_main_jobs(out: Path) -> list[int]:
+    """The processes running a policy's main job on `out` (zombies are dead)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+            status = (proc / "status").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+            continue
+        running = "State:\tZ" not in status
+        if running and b"run" in command and any(str(out).encode() in c for c in command):
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the main job dies with compare through prctl")
+def test_a_killed_compare_leaves_no_main_job_running_and_resumes(tmp_path) -> None:
+    out = tmp_path / "compare"
+    args = [*ARGS[:4], "8", *ARGS[5:], "--policies", "static", "--out", str(out)]
+    env = {**os.environ, "FLYWHEEL_HOME": str(tmp_path / "home")}
+    command = [sys.executable, "-m", "sim", *args]
+    with subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as compare:
+        assert compare.stdout is not None
+        for line in compare.stdout:
+            if line.startswith("static: [3/8"):
+                break
+        else:
+            raise AssertionError("compare ended before its third day")
+        assert live_main_jobs(out), "no main job ran under compare"
+        compare.kill()
+    # At once: left running, it would die only when it next prints to the closed pipe (the
+    # next day's line, seconds later; minutes inside a retraining), meanwhile a second compare
+    # could start a second main job on the same state.
+    deadline = time.monotonic() + 1.0
+    while live_main_jobs(out):
+        assert time.monotonic() < deadline, "the main job outlived the compare that started it"
+        time.sleep(0.05)
+
+    again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "static: resuming after 2013-09-0" in again.stdout
+    assert "static: [1/8" not in again.stdout and "static: [8/8" in again.stdout
+    weekly = pd.read_csv(out / "report" / "weekly.csv")
+    assert list(weekly.week) == ["2013-09-02", "2013-09-09"]
