@@ -9,6 +9,7 @@ import traceback
 from collections.abc import Sequence
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -243,6 +244,20 @@ def retraining_budget(args: argparse.Namespace) -> dict[str, int]:
     return settings
 
 
+def play_options(args: argparse.Namespace, **more: Any) -> RunOptions:
+    """The main job's options from the flags `run` and `compare` share, and `more`."""
+    budget = retraining_budget(args)
+    return RunOptions(
+        bootstrap_days=args.bootstrap_days,
+        trials=budget["FLYWHEEL_TRIALS"],
+        max_epochs=budget["FLYWHEEL_MAX_EPOCHS"],
+        drift=args.drift,
+        validation_days=budget["FLYWHEEL_VALIDATION_DAYS"],
+        test_days=budget["FLYWHEEL_TEST_DAYS"],
+        **more,
+    )
+
+
 def run_logged(days: int, start: date | None, options: RunOptions) -> int:
     """The main job with one line a day on the terminal and every library's output in a log
     file; a failed run prints its failing steps' errors and the log's path, and exits 1."""
@@ -267,15 +282,7 @@ def compare_policies(args: argparse.Namespace) -> int:
     """`flywheel-sim compare`: every policy's main job, then the comparison's report."""
     from sim.compare import PolicyFailedError, compare
 
-    budget = retraining_budget(args)
-    options = RunOptions(
-        bootstrap_days=args.bootstrap_days,
-        trials=budget["FLYWHEEL_TRIALS"],
-        max_epochs=budget["FLYWHEEL_MAX_EPOCHS"],
-        drift=args.drift,
-        validation_days=budget["FLYWHEEL_VALIDATION_DAYS"],
-        test_days=budget["FLYWHEEL_TEST_DAYS"],
-    )
+    options = play_options(args)
     days_to_play(args.days, args.start)  # a start outside the task is a usage error
     out = (args.out or flywheel_home() / "compare").resolve()
     try:
@@ -353,16 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 use_label_studio(args.daemon)
             elif args.labeling == "files":
                 os.environ["FLYWHEEL_LABELING"] = "files"
-            budget = retraining_budget(args)
-            options = RunOptions(
-                bootstrap_days=args.bootstrap_days,
-                trials=budget["FLYWHEEL_TRIALS"],
-                max_epochs=budget["FLYWHEEL_MAX_EPOCHS"],
-                drift=args.drift,
+            options = play_options(
+                args,
                 report_dir=args.report_dir,
                 pool_wait_s=args.pool_wait,
-                validation_days=budget["FLYWHEEL_VALIDATION_DAYS"],
-                test_days=budget["FLYWHEEL_TEST_DAYS"],
                 daemon=args.daemon,
                 daemon_timeout_s=args.daemon_timeout,
                 policy=args.policy,
