@@ -31,8 +31,7 @@ SUMMARIES = ["drifted_features", "max_psi", "mean_psi", "max_ks", "prediction_ps
 
 def judged_retrainings(home: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The run's retrainings judged by the report's rules, and its daily drift table."""
-    os.environ["FLYWHEEL_HOME"] = str(home)
-    os.environ.setdefault("DAGSTER_HOME", str(home / "dagster"))
+    os.environ.update(FLYWHEEL_HOME=str(home), DAGSTER_HOME=str(home / "dagster"))
     os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
     import dagster as dg
 

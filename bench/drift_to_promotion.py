@@ -19,21 +19,18 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.lib.datasets import init_repository
-
 REPO = Path(__file__).resolve().parents[1]
 
 
 def fresh_home(home: Path, code: Path = REPO) -> None:
-    """A FLYWHEEL_HOME with its own Dagster instance (the instance settings of the code under
-    `code`) and DVC repository (so `data/` is kept)."""
-    os.environ["FLYWHEEL_HOME"] = str(home)
-    os.environ["DAGSTER_HOME"] = str(home / "dagster")
-    os.environ["FLYWHEEL_DVC_REPO"] = str(home / "checkout" / "data")
-    os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
-    (home / "dagster").mkdir(parents=True)
-    (home / "dagster" / "dagster.yaml").write_text((code / "deploy/dagster.yaml").read_text())
-    init_repository(home / "checkout" / "data")
+    """This process's environment for a main job with a fresh state of its own under `home`
+    (sim.main_job.own_state), its Dagster instance with the settings of the code under `code`."""
+    from sim.main_job import STATE_PATHS, own_state
+
+    (home / "dagster").mkdir(parents=True)  # fresh: an existing instance is an error
+    for name in STATE_PATHS:
+        os.environ.pop(name, None)
+    os.environ.update(own_state(home, code))
 
 
 def figures(instance: dg.DagsterInstance, drift_day: date) -> None:

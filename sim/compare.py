@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,11 +27,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipelines.lib.datasets import init_repository
 from pipelines.resources import REPO_ROOT
 from sim.console import say
 from sim.driver import POLICIES
-from sim.main_job import RunOptions, UsageError
+from sim.main_job import STATE_PATHS, RunOptions, UsageError, own_state
 
 STATE = "compare.json"
 
@@ -83,7 +81,7 @@ def comparison_of(start: date, days: int, options: RunOptions) -> Comparison:
     )
 
 
-def _state(out: Path, comparison: Comparison, policies: list[str]) -> dict:
+def _state(out: Path, comparison: Comparison) -> dict:
     """The folder's comparison record: created, or checked to be this comparison's."""
     path = out / STATE
     if path.exists():
@@ -96,8 +94,7 @@ def _state(out: Path, comparison: Comparison, policies: list[str]) -> dict:
     else:
         out.mkdir(parents=True, exist_ok=True)
         state = {"comparison": asdict(comparison), "wall_s": {}}
-    state["policies"] = policies
-    path.write_text(json.dumps(state, indent=1))
+        path.write_text(json.dumps(state, indent=1))
     return state
 
 
@@ -113,21 +110,9 @@ def _arguments(comparison: Comparison, policy: str, report: Path, baselines: boo
 
 
 def environment(home: Path) -> dict[str, str]:
-    """A policy's own state on the embedded defaults: its home, Dagster instance (the deployed
-    settings), warehouse file, registry, study storage, label files and DVC repository. A
-    shared service (a prod warehouse, Label Studio) would mix the policies' data: none is used."""
-    dagster_home, datasets = home / "dagster", home / "checkout" / "data"
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    if not (dagster_home / "dagster.yaml").exists():
-        shutil.copy(REPO_ROOT / "deploy" / "dagster.yaml", dagster_home / "dagster.yaml")
-    if not (datasets / ".dvc").exists():
-        init_repository(datasets)  # its datasets are versioned apart from the project's data/
-    env = {**os.environ, "FLYWHEEL_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
-    env.update(FLYWHEEL_ENV="local", FLYWHEEL_LABELING="files", FLYWHEEL_DVC_REPO=str(datasets))
-    # Settings that name one home's files would make the policies share them.
-    for name in ("FLYWHEEL_WAREHOUSE_PATH", "FLYWHEEL_DATASET_CACHE"):
-        env.pop(name, None)
-    return env
+    """The environment of a policy's main job: this one, with a state of its own under `home`."""
+    inherited = {k: v for k, v in os.environ.items() if k not in STATE_PATHS}
+    return {**inherited, **own_state(home)}
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -232,13 +217,16 @@ def weekly_table(results: list[PolicyResult]) -> pd.DataFrame:
     return table.sort_values("week").reset_index(drop=True)
 
 
-def write(out: Path, comparison: Comparison, results: list[PolicyResult]) -> Path:
-    """Write `compare_report.md`, `weekly_auc.png` and `weekly.csv` under `out`/report."""
+def write(
+    out: Path, comparison: Comparison, results: list[PolicyResult], table: pd.DataFrame
+) -> Path:
+    """Write `compare_report.md` (with the `summary` `table`), `weekly_auc.png` and `weekly.csv`
+    under `out`/report."""
     from ml.plots import weekly_auc_figure
 
     report = out / "report"
     report.mkdir(parents=True, exist_ok=True)
-    weekly, table = weekly_table(results), summary(results)
+    weekly = weekly_table(results)
     lines = [c for c in weekly.columns if c not in ("week", "flights", "late_rate")]
     long = weekly.melt(id_vars="week", value_vars=lines, var_name="model", value_name="auroc")
     plot = report / "weekly_auc.png"
@@ -286,7 +274,7 @@ def compare(
     """Play every policy (each resumed where a killed run stopped), then write the report.
     The baselines are trained once, in the flywheel policy's report (else the first's)."""
     comparison = comparison_of(start, days, options)
-    state = _state(out, comparison, policies)
+    state = _state(out, comparison)
     trains_baselines = "flywheel" if "flywheel" in policies else policies[0]
     results = []
     for i, policy in enumerate(policies):
@@ -295,5 +283,5 @@ def compare(
         state["wall_s"][policy] = state["wall_s"].get(policy, 0.0) + seconds
         (out / STATE).write_text(json.dumps(state, indent=1))
         results.append(read_result(out, policy, state["wall_s"][policy]))
-    markdown = write(out, comparison, results)
-    return markdown, summary(results)
+    table = summary(results)
+    return write(out, comparison, results, table), table

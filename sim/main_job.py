@@ -4,17 +4,44 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
 from pipelines.contracts import load_task
-from pipelines.resources import flywheel_home, landing_zone
+from pipelines.resources import REPO_ROOT, flywheel_home, landing_zone
 from sim.clock import read_clock, read_progress, write_clock, write_progress
 from sim.console import say
 from sim.drift import PlantedDrift
 from sim.replay import day_bounds, land_days
+
+# Settings that name one state's files: a main job given a state of its own must not inherit them.
+STATE_PATHS = ("FLYWHEEL_WAREHOUSE_PATH", "FLYWHEEL_DATASET_CACHE")
+
+
+def own_state(home: Path, code: Path = REPO_ROOT) -> dict[str, str]:
+    """The settings of a main job with a state of its own under `home`, on the embedded
+    defaults: its FLYWHEEL_HOME, a Dagster instance with the deployed settings of the code under
+    `code`, and a DVC repository (the project's `data/` is left alone); created where missing.
+    Whatever else the environment names that state must lose: see STATE_PATHS. A shared service
+    (a prod warehouse, Label Studio) would mix the states, so none is used."""
+    from pipelines.lib.datasets import init_repository
+
+    dagster_home, datasets = home / "dagster", home / "checkout" / "data"
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    if not (dagster_home / "dagster.yaml").exists():
+        shutil.copy(code / "deploy" / "dagster.yaml", dagster_home / "dagster.yaml")
+    if not (datasets / ".dvc").exists():
+        init_repository(datasets)
+    return {
+        "FLYWHEEL_HOME": str(home),
+        "DAGSTER_HOME": str(dagster_home),
+        "FLYWHEEL_DVC_REPO": str(datasets),
+        "FLYWHEEL_ENV": "local",
+        "FLYWHEEL_LABELING": "files",
+    }
 
 
 class UsageError(Exception):
