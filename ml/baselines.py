@@ -33,10 +33,11 @@ def baseline_predictions(
 def evaluate_baselines(
     datamodule: TabularDataModule, split: str = "val", seed: int = 0
 ) -> dict[str, dict[str, float]]:
-    """Return ``{baseline: {"auroc", "logloss", "brier", "ece"}}`` on ``split`` per baseline."""
-    y = _labels(datamodule, split)
+    """Return ``{baseline: {"auroc", "logloss", "brier", "ece"}}`` on ``split`` per baseline
+    (losses weighted by the split's row weights, as the network's validation losses are)."""
+    y, weights = _labels(datamodule, split), _weights(datamodule, split)
     predictions = baseline_predictions(datamodule, split, seed)
-    return {name: binary_metrics(y, probs) for name, probs in predictions.items()}
+    return {name: binary_metrics(y, probs, weights) for name, probs in predictions.items()}
 
 
 def _logistic_probs(datamodule: TabularDataModule, split: str, seed: int) -> np.ndarray:
@@ -44,7 +45,8 @@ def _logistic_probs(datamodule: TabularDataModule, split: str, seed: int) -> np.
     encoder = _one_hot(datamodule.cardinalities).fit(cat)
     x = sparse.hstack([encoder.transform(cat), sparse.csr_matrix(num)]).tocsr()
     x_eval = sparse.hstack([encoder.transform(cat_eval), sparse.csr_matrix(num_eval)]).tocsr()
-    model = LogisticRegression(C=1.0, max_iter=2000, random_state=seed).fit(x, y)
+    model = LogisticRegression(C=1.0, max_iter=2000, random_state=seed)
+    model.fit(x, y, sample_weight=_weights(datamodule, "train"))
     return model.predict_proba(x_eval)[:, 1]
 
 
@@ -54,7 +56,7 @@ def _boosting_probs(datamodule: TabularDataModule, split: str, seed: int) -> np.
     is_categorical = [c <= HGB_MAX_CATEGORIES for c in datamodule.cardinalities]
     mask = np.array(is_categorical + [False] * num.shape[1])
     model = HistGradientBoostingClassifier(categorical_features=mask, random_state=seed)
-    model.fit(np.hstack([cat, num]), y)
+    model.fit(np.hstack([cat, num]), y, sample_weight=_weights(datamodule, "train"))
     return model.predict_proba(np.hstack([cat_eval, num_eval]))[:, 1]
 
 
@@ -62,7 +64,14 @@ def _labels(datamodule: TabularDataModule, split: str) -> np.ndarray:
     return datamodule.splits[split][2].numpy()
 
 
+def _weights(datamodule: TabularDataModule, split: str) -> np.ndarray | None:
+    """The split's row weights (None: the rows are unweighted)."""
+    tensors = datamodule.splits[split]
+    return tensors[3].numpy() if len(tensors) > 3 else None
+
+
 def _arrays(datamodule: TabularDataModule, split: str) -> tuple[tuple[np.ndarray, ...], ...]:
-    train = tuple(t.numpy() for t in datamodule.splits["train"])
-    evaluation = tuple(t.numpy() for t in datamodule.splits[split])
+    """Category codes, numeric inputs and labels of the training split and of `split`."""
+    train = tuple(t.numpy() for t in datamodule.splits["train"][:3])
+    evaluation = tuple(t.numpy() for t in datamodule.splits[split][:3])
     return train, evaluation

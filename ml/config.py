@@ -50,6 +50,9 @@ class FeatureConfig:
     numeric: tuple[str, ...] = FLIGHT_NUMERIC
     label: str = "is_late"
     id_columns: tuple[str, ...] = ("flight_id", "flight_date")
+    # A column of per-row training weights (importance weights for labels that were not drawn
+    # uniformly); None: every row weighs the same.
+    weight: str | None = None
     # Categories seen fewer times than this in train share the out-of-vocabulary bucket.
     min_category_frequency: int = 1
 

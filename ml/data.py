@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
@@ -15,7 +16,9 @@ from ml.config import FeatureConfig
 from ml.preprocessing import Preprocessor
 
 Split = pd.DataFrame | str | Path
-Batch = tuple[Tensor, Tensor, Tensor]
+# Category codes, numeric inputs and labels; and the rows' weights when the features name a
+# weight column.
+Batch = tuple[Tensor, ...]
 
 
 class EpochOrder:
@@ -111,7 +114,7 @@ class TabularDataModule(L.LightningDataModule):
         self.batch_size = training_batch_size(len(frames["train"]), batch_size, min_steps_per_epoch)
         self.eval_batch_size = eval_batch_size or 4 * batch_size
         self.seed = seed
-        self.splits: dict[str, Batch] = {k: self._tensors(f) for k, f in frames.items()}
+        self.splits: dict[str, Batch] = {k: self._tensors(f, k) for k, f in frames.items()}
         # The rows as read, for a data module with more of them in training.
         self.frames = frames
         self._on_device: dict[str, Batch] = {}
@@ -133,10 +136,19 @@ class TabularDataModule(L.LightningDataModule):
             min_steps_per_epoch=self.min_steps_per_epoch,
         )
 
-    def _tensors(self, frame: pd.DataFrame) -> Batch:
+    def _tensors(self, frame: pd.DataFrame, split: str) -> Batch:
         categorical, numeric = self.preprocessor.transform(frame)
         labels = self.preprocessor.labels(frame)
-        return torch.from_numpy(categorical), torch.from_numpy(numeric), torch.from_numpy(labels)
+        tensors = torch.from_numpy(categorical), torch.from_numpy(numeric), torch.from_numpy(labels)
+        weights = self.preprocessor.weights(frame)
+        if weights is None:
+            return tensors
+        if split == "train" and len(weights):
+            # Mean 1 over the training rows: a step's mean weighted loss keeps the scale (and
+            # the learning rate its meaning) of an unweighted one. Evaluation splits keep their
+            # weights as they are: their metrics divide by the weights' sum.
+            weights = weights / weights.mean(dtype=np.float64)
+        return (*tensors, torch.from_numpy(weights.astype(np.float32)))
 
     def setup(self, stage: str | None = None) -> None:
         """Copy every split once to the device the trainer's strategy placed this rank on."""
@@ -188,4 +200,5 @@ def _read(split: Split, features: FeatureConfig) -> pd.DataFrame:
     if isinstance(split, pd.DataFrame):
         return split
     columns = [*features.categorical, *features.numeric, features.label]
+    columns += [features.weight] if features.weight is not None else []
     return pd.read_parquet(split, columns=columns)

@@ -27,18 +27,22 @@ def auroc(y_true: ArrayLike, y_score: ArrayLike) -> float:
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
-def logloss(y_true: ArrayLike, y_prob: ArrayLike, eps: float = PROB_EPS) -> float:
-    """Mean binary cross-entropy of probabilities clipped to [eps, 1 - eps]."""
+def logloss(
+    y_true: ArrayLike, y_prob: ArrayLike, eps: float = PROB_EPS, weights: ArrayLike | None = None
+) -> float:
+    """Mean binary cross-entropy of probabilities clipped to [eps, 1 - eps] (weighted by the
+    rows' `weights` when given)."""
     y = np.asarray(y_true, dtype=np.float64).ravel()
     p = np.clip(np.asarray(y_prob, dtype=np.float64).ravel(), eps, 1 - eps)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
+    return float(-np.average(y * np.log(p) + (1 - y) * np.log1p(-p), weights=weights))
 
 
-def brier(y_true: ArrayLike, y_prob: ArrayLike) -> float:
-    """Mean squared difference between the predicted probability and the 0/1 label."""
+def brier(y_true: ArrayLike, y_prob: ArrayLike, weights: ArrayLike | None = None) -> float:
+    """Mean squared difference between the predicted probability and the 0/1 label (weighted
+    by the rows' `weights` when given)."""
     y = np.asarray(y_true, dtype=np.float64).ravel()
     p = np.asarray(y_prob, dtype=np.float64).ravel()
-    return float(np.mean((p - y) ** 2))
+    return float(np.average((p - y) ** 2, weights=weights))
 
 
 def expected_calibration_error(y_true: ArrayLike, y_prob: ArrayLike, n_bins: int = 10) -> float:
@@ -55,11 +59,14 @@ def expected_calibration_error(y_true: ArrayLike, y_prob: ArrayLike, n_bins: int
     return float(np.abs(label_sums - prob_sums).sum() / y.size)
 
 
-def binary_metrics(y_true: ArrayLike, y_prob: ArrayLike) -> dict[str, float]:
-    """Return ``{"auroc", "logloss", "brier", "ece"}`` for one set of predictions."""
+def binary_metrics(
+    y_true: ArrayLike, y_prob: ArrayLike, weights: ArrayLike | None = None
+) -> dict[str, float]:
+    """Return ``{"auroc", "logloss", "brier", "ece"}`` for one set of predictions; with row
+    `weights`, logloss and Brier score are weighted means (AUROC and ECE are not weighted)."""
     return {
         "auroc": auroc(y_true, y_prob),
-        "logloss": logloss(y_true, y_prob),
-        "brier": brier(y_true, y_prob),
+        "logloss": logloss(y_true, y_prob, weights=weights),
+        "brier": brier(y_true, y_prob, weights=weights),
         "ece": expected_calibration_error(y_true, y_prob),
     }

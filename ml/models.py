@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
@@ -174,9 +175,15 @@ class TabularClassifier(L.LightningModule):
         self.automatic_optimization = False
         self._clip = clip
 
-    def _loss(self, batch: tuple[Tensor, Tensor, Tensor]) -> Tensor:
-        categorical, numeric, y = batch
-        return F.binary_cross_entropy_with_logits(self(categorical, numeric).float(), y)
+    def _loss(self, batch: Sequence[Tensor]) -> Tensor:
+        categorical, numeric, y = batch[:3]
+        logits = self(categorical, numeric).float()
+        if len(batch) == 3:
+            return F.binary_cross_entropy_with_logits(logits, y)
+        # Weighted rows: the training split's weights have mean 1 (ml.data), so the batch mean
+        # of weight x loss estimates the weighted loss without a per-batch normalisation.
+        losses = F.binary_cross_entropy_with_logits(logits, y, reduction="none")
+        return (losses * batch[3]).mean()
 
     def on_fit_start(self) -> None:
         """Build the manual step (its graphs are captured in the first steps)."""
@@ -184,7 +191,7 @@ class TabularClassifier(L.LightningModule):
             params = [p for p in self.parameters() if p.requires_grad]
             self.step = GraphedStep(self._loss, params, self._clip)
 
-    def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
+    def training_step(self, batch: Sequence[Tensor], batch_idx: int) -> Tensor:
         """One optimisation step on a batch; the epoch mean is logged without per-step syncs."""
         if self.automatic_optimization:
             loss = self._loss(batch)
@@ -218,13 +225,16 @@ class TabularClassifier(L.LightningModule):
         finished or interrupted by a pruned trial."""
         self.step = None
 
-    def validation_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> None:
-        """Accumulate val/loss, val/logloss and val/auroc over the epoch."""
-        categorical, numeric, y = batch
+    def validation_step(self, batch: Sequence[Tensor], batch_idx: int) -> None:
+        """Accumulate val/loss, val/logloss and val/auroc over the epoch; with row weights,
+        both losses are weighted means (the AUROC is not weighted)."""
+        categorical, numeric, y = batch[:3]
+        weight = batch[3] if len(batch) > 3 else 1.0
         logits = self(categorical, numeric).float()
         probs = torch.sigmoid(logits).clamp(PROB_EPS, 1 - PROB_EPS)
-        self.val_loss.update(F.binary_cross_entropy_with_logits(logits, y, reduction="none"))
-        self.val_logloss.update(-(y * probs.log() + (1 - y) * (1 - probs).log()))
+        losses = F.binary_cross_entropy_with_logits(logits, y, reduction="none")
+        self.val_loss.update(losses, weight)
+        self.val_logloss.update(-(y * probs.log() + (1 - y) * (1 - probs).log()), weight)
         self.val_auroc.update(probs, y.long())
         self.log("val/loss", self.val_loss, on_step=False, on_epoch=True)
         self.log("val/logloss", self.val_logloss, on_step=False, on_epoch=True, prog_bar=True)

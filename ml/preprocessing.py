@@ -76,6 +76,26 @@ class Preprocessor:
             raise ValueError(f"label column {self.features.label!r} has missing values")
         return label.to_numpy(dtype=np.float32)
 
+    def weights(self, frame: pd.DataFrame) -> np.ndarray | None:
+        """Return the rows' weights as a float32 vector, or None when the features name no
+        weight column. A missing column, or a weight that is missing, negative or infinite, is
+        an error naming how many rows hold one."""
+        column = self.features.weight
+        if column is None:
+            return None
+        if column not in frame.columns:
+            raise ValueError(f"weight column {column!r} is not in the table")
+        weights = pd.to_numeric(frame[column], errors="coerce").to_numpy(np.float64)
+        bad = ~np.isfinite(weights) | (weights < 0)
+        if bad.any():
+            raise ValueError(
+                f"weight column {column!r} has {int(bad.sum())} missing, negative or infinite "
+                f"values (of {len(weights)} rows)"
+            )
+        if len(weights) and weights.sum() <= 0:
+            raise ValueError(f"weight column {column!r} is zero in every row")
+        return weights.astype(np.float32)
+
     def to_dict(self) -> dict[str, Any]:
         """Return the fitted state as a JSON-serialisable dict."""
         return {

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ml.config import FeatureConfig
 from ml.evaluation import SliceKey, bands
 from pipelines.contracts import TaskSpec
+from pipelines.labeling.selection import WEIGHT_COLUMN
 
 REQUIRED = (
     "features_table",
@@ -22,7 +23,7 @@ REQUIRED = (
     "numeric",
     "slices",
 )
-OPTIONAL = ("min_category_frequency",)
+OPTIONAL = ("min_category_frequency", "importance_exponent")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class ModelSpec:
     time_column: str  # the example's day: partitions, time splits and monitoring windows
     features: FeatureConfig
     slices: dict[str, SliceSpec]
+    # Training weights of the labels by how they were picked (pipelines.labeling.selection.
+    # importance_weights): 0 weighs every label alike, and the datasets carry no weight column.
+    importance_exponent: float = 0.0
 
     @property
     def example_id(self) -> str:
@@ -99,12 +103,17 @@ def load_model_spec(task: TaskSpec) -> ModelSpec:
         raise ValueError(f"{where}: columns both categorical and numeric: {overlap}")
     if not categorical and not numeric:
         raise ValueError(f"{where}: no feature columns")
+    exponent = section.get("importance_exponent", 0.0)
+    number = isinstance(exponent, int | float) and not isinstance(exponent, bool)
+    if not number or not 0 <= exponent <= 1:
+        raise ValueError(f"{where}: importance_exponent must be a number within [0, 1]")
     features = FeatureConfig(
         categorical=categorical,
         numeric=numeric,
         label=labels["label"],
         id_columns=(labels["example_id"], section["time_column"]),
         min_category_frequency=int(section.get("min_category_frequency", 1)),
+        weight=WEIGHT_COLUMN if exponent > 0 else None,
     )
     return ModelSpec(
         features_table=section["features_table"],
@@ -114,4 +123,5 @@ def load_model_spec(task: TaskSpec) -> ModelSpec:
         time_column=section["time_column"],
         features=features,
         slices={n: _slice(n, s, where) for n, s in (section["slices"] or {}).items()},
+        importance_exponent=float(exponent),
     )

@@ -10,6 +10,47 @@ import pandas as pd
 # The reasons of picks drawn uniformly from a day's examples: the labels that give unbiased
 # estimates (targeted picks favour hard cases).
 UNIFORM_REASONS = ("audit", "random")
+# The examples table's column of each label's reason, and the training datasets' weight column.
+REASON_COLUMN = "selection_reason"
+WEIGHT_COLUMN = "sample_weight"
+
+
+def importance_weights(
+    reasons: pd.Series, days: pd.Series, day_sizes: pd.Series, exponent: float
+) -> np.ndarray:
+    """Each labelled example's training weight: how many of its day's examples it stands for,
+    raised to `exponent`.
+
+    A day's targeted picks (any reason but audit or random) stand for themselves: 1. Its uniform
+    picks are a uniform sample of the day's other examples, so each stands for (the day's
+    examples - its targeted picks) / its uniform picks of them, and at least itself. With
+    exponent 1 the weighted training loss estimates the loss over every example of the labelled
+    days (a post-stratified Horvitz-Thompson estimate: no selection bias, high variance); with 0
+    every label weighs 1; between, the weights are tempered.
+
+    `reasons` and `days` are per example; `day_sizes` is indexed by day: how many examples the
+    day had, labelled or not.
+    """
+    if not 0 <= exponent <= 1:
+        raise ValueError(f"importance exponent must be within [0, 1], got {exponent}")
+    if len(reasons) != len(days):
+        raise ValueError(f"{len(reasons)} reasons for {len(days)} days")
+    frame = pd.DataFrame(
+        {"uniform": reasons.isin(UNIFORM_REASONS).to_numpy(), "day": days.to_numpy()}
+    )
+    if exponent == 0:
+        return np.ones(len(frame))
+    per_day = frame.groupby("day").uniform.agg(["sum", "size"])
+    sizes = per_day.index.map(day_sizes)
+    if (unknown := per_day.index[pd.isna(sizes)]).size:
+        raise ValueError(
+            f"no example count for {len(unknown)} labelled days (first: {unknown.min()}): "
+            "the weights need how many examples each day had"
+        )
+    uniform, targeted = per_day["sum"], per_day["size"] - per_day["sum"]
+    stands_for = ((np.asarray(sizes, dtype=float) - targeted) / uniform.clip(lower=1)).clip(lower=1)
+    weights = np.where(frame.uniform, frame.day.map(stands_for).to_numpy(dtype=float), 1.0)
+    return weights**exponent
 
 
 def select_for_labeling(

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ml.graphed
-from ml.config import ModelConfig, TrainConfig
+from ml.config import FeatureConfig, ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.graphed import GraphedStep
 from ml.training import plain_step_reason, train
@@ -131,12 +132,42 @@ def test_a_failed_capture_is_logged_once_and_the_step_goes_on_eagerly(
     assert all(p.grad is not None for p in net.parameters())
 
 
+def weighted_datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
+    """Rows weighing 0.5 to 4: the step's inputs include their weights."""
+    frames = {
+        name: splits[name].assign(w=np.random.default_rng(i).uniform(0.5, 4, len(splits[name])))
+        for i, name in enumerate(("train", "val"))
+    }
+    features = FeatureConfig(weight="w")
+    return TabularDataModule(frames["train"], frames["val"], features=features, batch_size=256)
+
+
+def test_weighted_rows_give_the_plain_steps_results_on_cpu(
+    splits: dict[str, pd.DataFrame],
+) -> None:
+    dm = weighted_datamodule(splits)
+    plain = train(dm, MODEL, replace(CONFIG, step="plain"))
+    graphed = train(dm, MODEL, replace(CONFIG, step="graphed"))
+    assert graphed.history == plain.history
+    unweighted = train(
+        TabularDataModule(splits["train"], splits["val"], batch_size=256), MODEL, CONFIG
+    )
+    assert plain.history != unweighted.history
+
+
 @cuda
-def test_replayed_graphs_match_eager_steps_on_cuda(splits: dict[str, pd.DataFrame]) -> None:
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_replayed_graphs_match_eager_steps_on_cuda(
+    splits: dict[str, pd.DataFrame], weighted: bool
+) -> None:
     # No dropout: eager and replayed steps draw their random numbers differently.
     model = replace(MODEL, dropout=0.0)
     config = replace(CONFIG, accelerator="gpu", precision="32-true", max_epochs=5)
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm = (
+        weighted_datamodule(splits)
+        if weighted
+        else TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    )
     plain = train(dm, model, replace(config, step="plain"))
     graphed = train(dm, model, replace(config, step="graphed"))
     assert graphed.optimizer_steps == plain.optimizer_steps

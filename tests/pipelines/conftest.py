@@ -14,7 +14,9 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 import pytest
+import yaml
 
+from pipelines.contracts import load_task
 from pipelines.definitions import build_definitions
 from pipelines.lib.datasets import init_repository
 from pipelines.lib.landing_zone import LocalLandingZone
@@ -141,3 +143,16 @@ def make_dvc_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     git("config", "user.name", "test", cwd=repo)
     monkeypatch.setenv("FLYWHEEL_DVC_REPO", str(repo / "data"))
     return repo
+
+
+def with_model(tmp_path: Path, **changes) -> Path:
+    """A copy of the flights task whose `model` section has `changes` (None deletes a key)."""
+    raw = yaml.safe_load(load_task("flights").path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            raw["model"].pop(key)
+        else:
+            raw["model"][key] = value
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import date
 
 import duckdb
 import numpy as np
@@ -24,6 +25,7 @@ from pipelines.labeling import (
 )
 from pipelines.labeling.annotations import MAX_NESTING
 from pipelines.labeling.exchange import import_day
+from pipelines.labeling.selection import importance_weights
 from pipelines.lib.label_exchange import FileLabelExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
@@ -122,6 +124,49 @@ def test_duplicate_candidates_and_unknown_segment_types_are_refused():
     flagged = pd.DataFrame({"segment_type": ["tail"], "segment_value": ["N1"]})
     with pytest.raises(ValueError, match="unknown segment type 'tail'"):
         select(pool, budget=2, audit_share=0, seed=0, flagged_segments=flagged)
+
+
+def test_importance_weights_stand_for_the_examples_of_each_day():
+    first, second = date(2013, 3, 1), date(2013, 3, 2)
+    reasons = pd.Series(["audit"] * 10 + ["uncertainty"] * 20 + ["random"] * 5)
+    days = pd.Series([first] * 30 + [second] * 5)
+    sizes = pd.Series({first: 100, second: 50})
+    # 10 audit picks stand for the 100 - 20 examples no targeted pick took; 5 random for 50.
+    expected = np.array([8.0] * 10 + [1.0] * 20 + [10.0] * 5)
+    np.testing.assert_allclose(importance_weights(reasons, days, sizes, 1.0), expected)
+    np.testing.assert_allclose(importance_weights(reasons, days, sizes, 0.5), expected**0.5)
+    np.testing.assert_array_equal(importance_weights(reasons, days, sizes, 0.0), np.ones(35))
+    # A day whose picks were all it had: each stands for itself, not less.
+    all_taken = importance_weights(pd.Series(["audit", "uncertainty"]), days[:2], sizes * 0 + 1, 1)
+    np.testing.assert_array_equal(all_taken, [1.0, 1.0])
+
+
+def test_importance_weights_refuse_unknown_days_and_exponents():
+    reasons, days = pd.Series(["audit"]), pd.Series([date(2013, 3, 1)])
+    with pytest.raises(ValueError, match="no example count for 1 labelled days"):
+        importance_weights(reasons, days, pd.Series({date(2013, 3, 2): 10}), 1.0)
+    with pytest.raises(ValueError, match=r"within \[0, 1\], got 1.5"):
+        importance_weights(reasons, days, pd.Series({date(2013, 3, 1): 10}), 1.5)
+
+
+def test_weighted_labels_estimate_the_late_rate_of_every_flight():
+    """Uncertainty picks favour flights near one half, so the labels' plain mean overstates a
+    low late rate; weighted by importance (exponent 1), the labels estimate the rate of every
+    flight of their days."""
+    rng = np.random.default_rng(3)
+    picked, everything = [], []
+    for day in range(20):
+        pool = candidates(400).assign(score=rng.beta(2, 5, 400))
+        pool["late"] = rng.random(400) < pool.score
+        pool["day"] = day
+        everything.append(pool)
+        picked.append(select(pool, budget=60, audit_share=0.4, seed=day))
+    labels, flights = pd.concat(picked), pd.concat(everything)
+    sizes = flights.groupby("day").size()
+    weights = importance_weights(labels.reason, labels.day, sizes, 1.0)
+    truth = flights.late.mean()
+    assert labels.late.mean() - truth > 0.08
+    assert abs(np.average(labels.late, weights=weights) - truth) < 0.03
 
 
 def test_tasks_carry_a_prediction_only_when_scored_and_the_manifest_hashes_the_bytes():

@@ -8,27 +8,14 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from ml.config import FeatureConfig
 from pipelines.contracts import load_task
 from pipelines.definitions import build_definitions
 from pipelines.model_spec import load_model_spec
+from tests.pipelines.conftest import with_model
 
 FLIGHTS = load_task("flights")
-
-
-def with_model(tmp_path: Path, **changes) -> Path:
-    """A copy of the flights task whose `model` section has `changes` (None deletes a key)."""
-    raw = yaml.safe_load(FLIGHTS.path.read_text())
-    for key, value in changes.items():
-        if value is None:
-            raw["model"].pop(key)
-        else:
-            raw["model"][key] = value
-    path = tmp_path / "task.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 def spec_of(path: Path):
@@ -71,13 +58,31 @@ def test_slices_group_by_a_column_or_by_bands_of_one() -> None:
             {"slices": {"hour": {"column": "scheduled_hour", "bands": {"late": [20, 4]}}}},
             "band 'late' of slice 'hour' needs [low, high)",
         ),
+        ({"importance_exponent": 1.5}, "importance_exponent must be a number within [0, 1]"),
+        ({"importance_exponent": "half"}, "importance_exponent must be a number within [0, 1]"),
     ],
-    ids=["missing", "unknown", "overlap", "empty", "slice-without-column", "inverted-band"],
+    ids=[
+        "missing",
+        "unknown",
+        "overlap",
+        "empty",
+        "slice-without-column",
+        "inverted-band",
+        "exponent-above-one",
+        "exponent-not-a-number",
+    ],
 )
 def test_bad_settings_are_refused_naming_them(tmp_path, changes, message) -> None:
     with pytest.raises(ValueError, match="model") as error:
         spec_of(with_model(tmp_path, **changes))
     assert message in str(error.value)
+
+
+def test_an_importance_exponent_gives_the_model_a_weight_column(tmp_path) -> None:
+    assert load_model_spec(FLIGHTS).importance_exponent == 0.0
+    assert load_model_spec(FLIGHTS).features.weight is None
+    spec = spec_of(with_model(tmp_path, importance_exponent=0.5))
+    assert spec.importance_exponent == 0.5 and spec.features.weight == "sample_weight"
 
 
 def test_the_assets_read_their_tables_from_the_section(tmp_path, monkeypatch) -> None:

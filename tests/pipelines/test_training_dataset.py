@@ -12,7 +12,7 @@ import pytest
 from pipelines.definitions import build_definitions
 from pipelines.lib import datasets
 from pipelines.lib.datasets import DvcCommandError, DvcDatasetStore
-from tests.pipelines.conftest import git
+from tests.pipelines.conftest import git, with_model
 
 
 def write_examples(warehouse: Path, days: int, seed: int = 0) -> pd.DataFrame:
@@ -35,8 +35,8 @@ def write_examples(warehouse: Path, days: int, seed: int = 0) -> pd.DataFrame:
     return frame
 
 
-def materialize(flywheel) -> dg.MaterializeResult:
-    defs = build_definitions(env="local")
+def materialize(flywheel, task: str | None = None) -> dg.MaterializeResult:
+    defs = build_definitions(env="local", task_name=task)
     result = defs.resolve_job_def("__ASSET_JOB").execute_in_process(
         instance=flywheel.instance, asset_selection=[dg.AssetKey("training_dataset")]
     )
@@ -68,6 +68,30 @@ def test_splits_by_time_and_versions_deterministically(flywheel, dvc_repo):
 
     write_examples(flywheel.warehouse, days=21)
     assert materialize(flywheel).metadata["dvc_hash"].value != meta["dvc_hash"].value
+
+
+def test_importance_weights_travel_with_every_split(flywheel, dvc_repo, tmp_path):
+    """With model.importance_exponent, every split carries each label's weight: a day's 10
+    audit labels stand for its 100 flights but the 30 uncertainty picks (7 each at exponent 1),
+    the targeted ones for themselves."""
+    write_examples(flywheel.warehouse, days=20)
+    with duckdb.connect(str(flywheel.warehouse)) as con:
+        con.execute(
+            "create or replace table fct_labelled_flights as select *, case when "
+            "cast(split_part(split_part(flight_id, '_AA', 2), '_', 1) as int) < 10 "
+            "then 'audit' else 'uncertainty' end as selection_reason from fct_labelled_flights"
+        )
+        con.execute(
+            "create table fct_flight_features as select d.flight_date from "
+            "(select distinct flight_date from fct_labelled_flights) d, range(100)"
+        )
+    task = with_model(tmp_path, importance_exponent=1.0)
+    folder = Path(materialize(flywheel, str(task)).metadata["path"].value)
+    for split in ("train", "validation", "test"):
+        frame = pd.read_parquet(folder / f"{split}.parquet")
+        expected = np.where(frame.selection_reason == "audit", 7.0, 1.0)
+        np.testing.assert_allclose(frame.sample_weight, expected, err_msg=split)
+        assert (frame.selection_reason == "audit").sum() == 10 * frame.flight_date.nunique()
 
 
 def test_too_few_labelled_days_is_a_clear_error(flywheel, dvc_repo):

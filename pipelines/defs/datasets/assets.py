@@ -1,10 +1,12 @@
 """The versioned training dataset: labelled examples split by time, tracked and pushed by DVC."""
 
 import dagster as dg
+import numpy as np
 import pandas as pd
 
 from ml.splits import split_by_time
 from pipelines.contracts import TaskSpec
+from pipelines.labeling.selection import REASON_COLUMN, importance_weights
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.model_spec import ModelSpec
@@ -32,6 +34,28 @@ def split_summary(splits: dict[str, pd.DataFrame], label: str, date_column: str)
     return pd.DataFrame(rows).to_markdown(index=False)
 
 
+def weights(warehouse: Warehouse, spec: ModelSpec, examples: pd.DataFrame) -> np.ndarray:
+    """The examples' importance weights (see `importance_weights`), from why each was labelled
+    and how many examples its day had."""
+    if REASON_COLUMN not in examples.columns:
+        raise dg.Failure(
+            f"{spec.examples_table} has no {REASON_COLUMN} column: importance weights "
+            "(model.importance_exponent) need why each example was labelled"
+        )
+    time = spec.time_column
+    sizes = warehouse.query(
+        f"select {time}, count(*) as examples from {spec.features_table} group by {time}"
+    )
+    day_sizes = pd.Series(sizes["examples"].to_numpy(), index=_days(sizes[time]))
+    return importance_weights(
+        examples[REASON_COLUMN], _days(examples[time]), day_sizes, spec.importance_exponent
+    )
+
+
+def _days(values: pd.Series) -> pd.Series:
+    return pd.Series(pd.to_datetime(values).dt.date.to_numpy())
+
+
 def build_dataset_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefinition]:
     """The `training_dataset` asset of `task`."""
 
@@ -49,6 +73,8 @@ def build_dataset_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefin
         # Ordered here, not by the warehouse's collation: the same rows give the same files
         # (and DVC hash) on every backend.
         examples = examples.sort_values(spec.example_id, ignore_index=True)
+        if spec.features.weight is not None:
+            examples[spec.features.weight] = weights(warehouse, spec, examples)
         splits = split_by_time(examples, spec.time_column, config.validation_days, config.test_days)
         version = dataset_store.save(task.name, splits)
         schema = {c: str(t) for c, t in examples.dtypes.items()}

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from pipelines.labeling.selection import UNIFORM_REASONS
+from pipelines.labeling.selection import REASON_COLUMN, UNIFORM_REASONS
 from pipelines.lib.registry import PROFILE_ARTIFACT, ModelVersion, load_model, log_json, log_png
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import Warehouse
@@ -77,8 +77,8 @@ def _span(frame: pd.DataFrame, spec: ModelSpec) -> list[str]:
 
 def unbiased_sample(test: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The uniformly sampled labels of the test window if there are enough, else all of them."""
-    if "selection_reason" in test.columns:
-        uniform = test[test.selection_reason.isin(UNIFORM_REASONS)].reset_index(drop=True)
+    if REASON_COLUMN in test.columns:
+        uniform = test[test[REASON_COLUMN].isin(UNIFORM_REASONS)].reset_index(drop=True)
         if len(uniform) >= MIN_UNBIASED_ROWS:
             return (
                 uniform,

@@ -1,0 +1,196 @@
+"""Benchmark: do importance weights for the targeted labels help production AUC?
+
+    python -m bench.importance_weights --home DIR [--every-days 28] [--exponents 0,0.5,1]
+                                       [--seeds 3]
+
+Reads a finished main job's warehouse (its FLYWHEEL_HOME): the labels it bought, each with why it
+was picked, and every flight it played. On a cut day every `--every-days` days, the labels known
+before that day train the network (fixed settings: the ml defaults, `--max-epochs` epochs, early
+stopping on the last 7 labelled days; `--seeds` seeds, their AUCs averaged) and a
+HistGradientBoosting, once per importance exponent
+(`pipelines.labeling.selection.importance_weights`: 0 weighs every label alike, 1 is the
+unbiased Horvitz-Thompson weighting of the audit labels). Each model then scores every flight
+of the 14 days from the cut day, whose outcomes only the simulator knows. It prints the AUC and
+log loss per cut day and exponent, their means, each exponent's mean difference from the first
+with how many cut days it won, and the GBDT's AUC on the uniformly drawn labels alone.
+
+The labels were picked by the run's own models, so this replays the training sets, not the
+loop: a weighting that changed the models would also have changed the picks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ml.config import FeatureConfig, TrainConfig
+from ml.metrics import auroc, logloss
+
+HORIZON_DAYS = 14
+VALIDATION_DAYS = 7
+
+
+def load(home: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The run's labelled examples and every flight it played (with its outcome)."""
+    import duckdb
+
+    from sim.labeling import is_late
+
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
+        examples = con.sql("select * from fct_labelled_flights").df()
+        flights = con.sql("select * from fct_flight_features").df()
+    flights["is_late"] = [is_late(f) for f in flights.flight_id]
+    for frame in (examples, flights):
+        frame["flight_date"] = pd.to_datetime(frame.flight_date).dt.date
+    return examples, flights
+
+
+def cut_days(examples: pd.DataFrame, flights: pd.DataFrame, every: int) -> list:
+    """Cut days from five weeks after the first label to the last one with 14 days after it."""
+    first = pd.Timestamp(examples.flight_date.min()) + pd.Timedelta(days=35)
+    last = pd.Timestamp(flights.flight_date.max()) - pd.Timedelta(days=HORIZON_DAYS - 1)
+    return [d.date() for d in pd.date_range(first, last, freq=f"{every}D")]
+
+
+def network_scores(
+    train: pd.DataFrame,
+    val: pd.DataFrame,
+    scored: pd.DataFrame,
+    features: FeatureConfig,
+    epochs: int,
+    seed: int,
+) -> np.ndarray:
+    """Fit the network on `train` (early stopping on `val`); its probabilities for `scored`."""
+    from ml.data import TabularDataModule
+    from ml.inference import load_predictor
+    from ml.training import train as fit
+
+    datamodule = TabularDataModule(train, val, features=features, seed=seed, min_steps_per_epoch=32)
+    with tempfile.TemporaryDirectory() as checkpoints:
+        config = TrainConfig(max_epochs=epochs, early_stopping_patience=3, seed=seed)
+        config = replace(config, checkpoint_dir=checkpoints, batch_size=datamodule.batch_size)
+        result = fit(datamodule, train_config=config)
+        return load_predictor(result.best_checkpoint).predict_proba(scored)
+
+
+def boosting_scores(
+    train: pd.DataFrame, scored: pd.DataFrame, features: FeatureConfig, weights: np.ndarray | None
+) -> np.ndarray:
+    """A HistGradientBoosting fitted on `train` with `weights`; its probabilities for `scored`."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from sim.reference import _encode
+
+    x_train, x_scored, categorical = _encode(train, scored, features)
+    model = HistGradientBoostingClassifier(categorical_features=categorical, random_state=0)
+    model.fit(x_train, train[features.label].to_numpy(int), sample_weight=weights)
+    return model.predict_proba(x_scored)[:, 1]
+
+
+def quiet_training() -> None:
+    """Lightning's banners and warnings, once per fit, would bury the figures."""
+    import lightning.pytorch  # noqa: F401  (its import sets its loggers' levels: set them after)
+
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="lightning")
+    warnings.filterwarnings("ignore", message=".*treespec.*")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--home", type=Path, required=True, help="a finished run's FLYWHEEL_HOME")
+    parser.add_argument("--every-days", type=int, default=28)
+    parser.add_argument("--exponents", default="0,0.5,1")
+    parser.add_argument("--max-epochs", type=int, default=12)
+    parser.add_argument("--seeds", type=int, default=3, help="network fits per cut and exponent")
+    args = parser.parse_args()
+    quiet_training()
+
+    from pipelines.contracts import load_task
+    from pipelines.labeling.selection import (
+        REASON_COLUMN,
+        UNIFORM_REASONS,
+        WEIGHT_COLUMN,
+        importance_weights,
+    )
+    from pipelines.model_spec import load_model_spec
+
+    exponents = [float(e) for e in args.exponents.split(",")]
+    spec = load_model_spec(load_task())
+    weighted = replace(spec.features, weight=WEIGHT_COLUMN)
+    examples, flights = load(args.home)
+    day_sizes = flights.groupby("flight_date").size()
+    print(
+        f"{len(examples)} labels ({examples[REASON_COLUMN].value_counts().to_dict()}), "
+        f"{len(flights)} flights played",
+        flush=True,
+    )
+    rows = []
+    uniform_only = []
+    for cut in cut_days(examples, flights, args.every_days):
+        known = examples[pd.to_datetime(examples.label_known_at) < pd.Timestamp(cut)]
+        val_start = max(known.flight_date) - pd.Timedelta(days=VALIDATION_DAYS - 1)
+        end = cut + pd.Timedelta(days=HORIZON_DAYS)
+        scored = flights[(flights.flight_date >= cut) & (flights.flight_date < end)]
+        y = scored.is_late.to_numpy(int)
+        audit = known[known[REASON_COLUMN].isin(UNIFORM_REASONS)]
+        uniform_only.append(auroc(y, boosting_scores(audit, scored, spec.features, None)))
+        for exponent in exponents:
+            start = time.perf_counter()
+            frame = known.assign(
+                **{
+                    WEIGHT_COLUMN: importance_weights(
+                        known[REASON_COLUMN], known.flight_date, day_sizes, exponent
+                    )
+                }
+            )
+            train = frame[frame.flight_date < val_start]
+            val = frame[frame.flight_date >= val_start]
+            nets = [
+                network_scores(train, val, scored, weighted, args.max_epochs, seed)
+                for seed in range(args.seeds)
+            ]
+            weights = frame[WEIGHT_COLUMN].to_numpy()
+            gbdt = boosting_scores(frame, scored, spec.features, weights / weights.mean())
+            row = {"cut": cut, "exponent": exponent, "labels": len(frame)}
+            row |= {
+                "net_auc": np.mean([auroc(y, net) for net in nets]),
+                "net_logloss": np.mean([logloss(y, net) for net in nets]),
+            }
+            row |= {"gbdt_auc": auroc(y, gbdt), "gbdt_logloss": logloss(y, gbdt)}
+            rows.append(row)
+            print(
+                f"{cut} exponent {exponent:g}: {len(frame)} labels, network AUC "
+                f"{row['net_auc']:.4f} log loss {row['net_logloss']:.4f}, GBDT AUC "
+                f"{row['gbdt_auc']:.4f} ({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
+    table = pd.DataFrame(rows)
+    metrics = ["net_auc", "net_logloss", "gbdt_auc", "gbdt_logloss"]
+    print(f"\nMeans over {table.cut.nunique()} cut days ({HORIZON_DAYS} days scored after each):")
+    print(table.groupby("exponent")[metrics].mean().to_string(float_format="%.4f"))
+    print(
+        f"GBDT on the uniformly drawn labels alone (audit, random): AUC {np.mean(uniform_only):.4f}"
+    )
+    base = table[table.exponent == exponents[0]].set_index("cut")
+    for exponent in exponents[1:]:
+        other = table[table.exponent == exponent].set_index("cut")
+        diff = other.net_auc - base.net_auc
+        print(
+            f"exponent {exponent:g} vs {exponents[0]:g}: network AUC {diff.mean():+.4f} "
+            f"(better on {(diff > 0).sum()} of {len(diff)} cut days), GBDT AUC "
+            f"{(other.gbdt_auc - base.gbdt_auc).mean():+.4f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
