@@ -50,7 +50,7 @@ def reference_sample(
     return pd.concat(picked) if picked else flights.iloc[:0]
 
 
-def _encode(
+def encode(
     train: pd.DataFrame, other: pd.DataFrame, features: FeatureConfig
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Float matrices for HistGradientBoosting: categorical columns as codes of the training
@@ -94,7 +94,7 @@ def _inputs(
     y = train[features.label].to_numpy(dtype=np.int64)
     if len(y) < MIN_TRAINING_ROWS or y.min() == y.max():
         return None
-    x_train, x_other, categorical = _encode(train, other, features)
+    x_train, x_other, categorical = encode(train, other, features)
     return x_train, y, x_other, categorical
 
 

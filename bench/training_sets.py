@@ -1,21 +1,26 @@
-"""Benchmark: do importance weights for the targeted labels help production AUC?
+"""Benchmark: which training set serves production best, replayed on a finished run's labels?
 
-    python -m bench.importance_weights --home DIR [--every-days 28] [--exponents 0,0.5,1]
-                                       [--seeds 3]
+    python -m bench.training_sets --home DIR [--every-days 28] [--exponents 0,0.5,1]
+                                  [--half-lives 60,120] [--windows 90,180] [--seeds 3]
 
 Reads a finished main job's warehouse (its FLYWHEEL_HOME): the labels it bought, each with why it
 was picked, and every flight it played. On a cut day every `--every-days` days, the labels known
 before that day train the network (fixed settings: the ml defaults, `--max-epochs` epochs, early
 stopping on the last 7 labelled days; `--seeds` seeds, their AUCs averaged) and a
-HistGradientBoosting, once per importance exponent
-(`pipelines.labeling.selection.importance_weights`: 0 weighs every label alike, 1 is the
-unbiased Horvitz-Thompson weighting of the audit labels). Each model then scores every flight
-of the 14 days from the cut day, whose outcomes only the simulator knows. It prints the AUC and
-log loss per cut day and exponent, their means, each exponent's mean difference from the first
-with how many cut days it won, and the GBDT's AUC on the uniformly drawn labels alone.
+HistGradientBoosting, once per variant of the training set:
+
+- each importance exponent (`pipelines.labeling.selection.importance_weights`: 0 weighs every
+  label alike, 1 is the unbiased Horvitz-Thompson weighting of the audit labels);
+- each recency half-life in days (a label `age` days before the cut weighs 0.5^(age/half-life));
+- each window in days (only the labels of that many days before the cut).
+
+Each model then scores every flight of the 14 days from the cut day, whose outcomes only the
+simulator knows. It prints the AUC and log loss per cut day and variant, their means, each
+variant's mean difference from the first with how many cut days it won, and the GBDT's AUC on
+the uniformly drawn labels alone.
 
 The labels were picked by the run's own models, so this replays the training sets, not the
-loop: a weighting that changed the models would also have changed the picks.
+loop: a model trained otherwise would also have picked other flights.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import logging
 import tempfile
 import time
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -87,9 +92,9 @@ def boosting_scores(
     """A HistGradientBoosting fitted on `train` with `weights`; its probabilities for `scored`."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    from sim.reference import _encode
+    from sim.reference import encode
 
-    x_train, x_scored, categorical = _encode(train, scored, features)
+    x_train, x_scored, categorical = encode(train, scored, features)
     model = HistGradientBoostingClassifier(categorical_features=categorical, random_state=0)
     model.fit(x_train, train[features.label].to_numpy(int), sample_weight=weights)
     return model.predict_proba(x_scored)[:, 1]
@@ -105,26 +110,65 @@ def quiet_training() -> None:
     warnings.filterwarnings("ignore", message=".*treespec.*")
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One way to weigh or cut the labels known on a cut day."""
+
+    name: str
+    exponent: float = 0.0
+    half_life: float | None = None
+    window: int | None = None
+
+    def weights(self, known: pd.DataFrame, cut, day_sizes: pd.Series) -> np.ndarray:
+        from pipelines.labeling.selection import REASON_COLUMN, importance_weights
+
+        weights = importance_weights(
+            known[REASON_COLUMN], known.flight_date, day_sizes, self.exponent
+        )
+        age = np.array([(cut - day).days for day in known.flight_date], dtype=float)
+        if self.half_life is not None:
+            weights = weights * 0.5 ** (age / self.half_life)
+        if self.window is not None:
+            weights = weights * (age <= self.window)
+        return weights
+
+
+def variants(args: argparse.Namespace) -> list[Variant]:
+    """The variants the arguments name, the first exponent's first (the one others are set
+    against)."""
+    exponents = [float(e) for e in args.exponents.split(",")]
+    chosen = [Variant(f"exponent {e:g}", exponent=e) for e in exponents]
+    chosen += [
+        Variant(f"half-life {h:g} d", exponent=exponents[0], half_life=float(h))
+        for h in _numbers(args.half_lives)
+    ]
+    chosen += [
+        Variant(f"window {w:g} d", exponent=exponents[0], window=int(w))
+        for w in _numbers(args.windows)
+    ]
+    return chosen
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v.strip()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, required=True, help="a finished run's FLYWHEEL_HOME")
     parser.add_argument("--every-days", type=int, default=28)
-    parser.add_argument("--exponents", default="0,0.5,1")
+    parser.add_argument("--exponents", default="0,0.5,1", help="importance exponents")
+    parser.add_argument("--half-lives", default="60,120", help="recency half-lives, days")
+    parser.add_argument("--windows", default="90,180", help="training windows, days")
     parser.add_argument("--max-epochs", type=int, default=12)
-    parser.add_argument("--seeds", type=int, default=3, help="network fits per cut and exponent")
+    parser.add_argument("--seeds", type=int, default=3, help="network fits per cut and variant")
     args = parser.parse_args()
     quiet_training()
 
     from pipelines.contracts import load_task
-    from pipelines.labeling.selection import (
-        REASON_COLUMN,
-        UNIFORM_REASONS,
-        WEIGHT_COLUMN,
-        importance_weights,
-    )
+    from pipelines.labeling.selection import REASON_COLUMN, UNIFORM_REASONS, WEIGHT_COLUMN
     from pipelines.model_spec import load_model_spec
 
-    exponents = [float(e) for e in args.exponents.split(",")]
     spec = load_model_spec(load_task())
     weighted = replace(spec.features, weight=WEIGHT_COLUMN)
     examples, flights = load(args.home)
@@ -134,25 +178,20 @@ def main() -> None:
         f"{len(flights)} flights played",
         flush=True,
     )
-    rows = []
-    uniform_only = []
+    rows, uniform_only = [], []
+    chosen = variants(args)
     for cut in cut_days(examples, flights, args.every_days):
         known = examples[pd.to_datetime(examples.label_known_at) < pd.Timestamp(cut)]
-        val_start = max(known.flight_date) - pd.Timedelta(days=VALIDATION_DAYS - 1)
         end = cut + pd.Timedelta(days=HORIZON_DAYS)
         scored = flights[(flights.flight_date >= cut) & (flights.flight_date < end)]
         y = scored.is_late.to_numpy(int)
         audit = known[known[REASON_COLUMN].isin(UNIFORM_REASONS)]
         uniform_only.append(auroc(y, boosting_scores(audit, scored, spec.features, None)))
-        for exponent in exponents:
+        for variant in chosen:
             start = time.perf_counter()
-            frame = known.assign(
-                **{
-                    WEIGHT_COLUMN: importance_weights(
-                        known[REASON_COLUMN], known.flight_date, day_sizes, exponent
-                    )
-                }
-            )
+            frame = known.assign(**{WEIGHT_COLUMN: variant.weights(known, cut, day_sizes)})
+            frame = frame[frame[WEIGHT_COLUMN] > 0]
+            val_start = max(frame.flight_date) - pd.Timedelta(days=VALIDATION_DAYS - 1)
             train = frame[frame.flight_date < val_start]
             val = frame[frame.flight_date >= val_start]
             nets = [
@@ -161,7 +200,7 @@ def main() -> None:
             ]
             weights = frame[WEIGHT_COLUMN].to_numpy()
             gbdt = boosting_scores(frame, scored, spec.features, weights / weights.mean())
-            row = {"cut": cut, "exponent": exponent, "labels": len(frame)}
+            row = {"cut": cut, "variant": variant.name, "labels": len(frame)}
             row |= {
                 "net_auc": np.mean([auroc(y, net) for net in nets]),
                 "net_logloss": np.mean([logloss(y, net) for net in nets]),
@@ -169,24 +208,26 @@ def main() -> None:
             row |= {"gbdt_auc": auroc(y, gbdt), "gbdt_logloss": logloss(y, gbdt)}
             rows.append(row)
             print(
-                f"{cut} exponent {exponent:g}: {len(frame)} labels, network AUC "
-                f"{row['net_auc']:.4f} log loss {row['net_logloss']:.4f}, GBDT AUC "
-                f"{row['gbdt_auc']:.4f} ({time.perf_counter() - start:.0f} s)",
+                f"{cut} {variant.name}: {len(frame)} labels, network AUC {row['net_auc']:.4f} "
+                f"log loss {row['net_logloss']:.4f}, GBDT AUC {row['gbdt_auc']:.4f} "
+                f"({time.perf_counter() - start:.0f} s)",
                 flush=True,
             )
     table = pd.DataFrame(rows)
     metrics = ["net_auc", "net_logloss", "gbdt_auc", "gbdt_logloss"]
+    order = [v.name for v in chosen]
     print(f"\nMeans over {table.cut.nunique()} cut days ({HORIZON_DAYS} days scored after each):")
-    print(table.groupby("exponent")[metrics].mean().to_string(float_format="%.4f"))
+    means = table.groupby("variant")[metrics].mean().loc[order]
+    print(means.to_string(float_format="%.4f"))
     print(
         f"GBDT on the uniformly drawn labels alone (audit, random): AUC {np.mean(uniform_only):.4f}"
     )
-    base = table[table.exponent == exponents[0]].set_index("cut")
-    for exponent in exponents[1:]:
-        other = table[table.exponent == exponent].set_index("cut")
+    base = table[table.variant == order[0]].set_index("cut")
+    for name in order[1:]:
+        other = table[table.variant == name].set_index("cut")
         diff = other.net_auc - base.net_auc
         print(
-            f"exponent {exponent:g} vs {exponents[0]:g}: network AUC {diff.mean():+.4f} "
+            f"{name} vs {order[0]}: network AUC {diff.mean():+.4f} "
             f"(better on {(diff > 0).sum()} of {len(diff)} cut days), GBDT AUC "
             f"{(other.gbdt_auc - base.gbdt_auc).mean():+.4f}"
         )
