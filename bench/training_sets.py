@@ -10,7 +10,7 @@ stopping on the last 7 labelled days; `--seeds` seeds, their AUCs averaged) and 
 HistGradientBoosting, once per variant of the training set:
 
 - each importance exponent (`pipelines.labeling.selection.importance_weights`: 0 weighs every
-  label alike, 1 is the unbiased Horvitz-Thompson weighting of the audit labels);
+  label alike, 1 is the Horvitz-Thompson weighting of the audit labels);
 - each recency half-life in days (a label `age` days before the cut weighs 0.5^(age/half-life));
 - each window in days (only the labels of that many days before the cut).
 

@@ -25,8 +25,10 @@ def importance_weights(
     picks are a uniform sample of the day's other examples, so each stands for (the day's
     examples - its targeted picks) / its uniform picks of them, and at least itself. With
     exponent 1 the weighted training loss estimates the loss over every example of the labelled
-    days (a post-stratified Horvitz-Thompson estimate: no selection bias, high variance); with 0
-    every label weighs 1; between, the weights are tempered.
+    days (a post-stratified Horvitz-Thompson estimate, high in variance; nearly free of
+    selection bias: the audit picks are drawn from every example before the targeted ones, so a
+    few of them stand in the targeted picks' stratum); with 0 every label weighs 1; between, the
+    weights are tempered.
 
     `reasons` and `days` are per example; `day_sizes` is indexed by day: how many examples the
     day had, labelled or not.
