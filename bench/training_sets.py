@@ -14,10 +14,11 @@ HistGradientBoosting, once per variant of the training set:
 - each recency half-life in days (a label `age` days before the cut weighs 0.5^(age/half-life));
 - each window in days (only the labels of that many days before the cut).
 
-Each model then scores every flight of the 14 days from the cut day, whose outcomes only the
-simulator knows. It prints the AUC and log loss per cut day and variant, their means, each
-variant's mean difference from the first with how many cut days it won, and the GBDT's AUC on
-the uniformly drawn labels alone.
+The network trains on those labels but the last 7 labelled days (its early stopping's), the
+GBDT on all of them; variants are compared model by model. Each model then scores every flight
+of the 14 days from the cut day, whose outcomes only the simulator knows. It prints the AUC and
+log loss per cut day and variant, their means, each variant's mean difference from the first
+with how many cut days it won, and the GBDT's AUC on the uniformly drawn labels alone.
 
 The labels were picked by the run's own models, so this replays the training sets, not the
 loop: a model trained otherwise would also have picked other flights.

@@ -37,7 +37,7 @@ def evaluate_baselines(
     (losses weighted by the split's row weights, as the network's validation losses are)."""
     y, weights = _labels(datamodule, split), _weights(datamodule, split)
     predictions = baseline_predictions(datamodule, split, seed)
-    return {name: binary_metrics(y, probs, weights) for name, probs in predictions.items()}
+    return {name: binary_metrics(y, probs, weights=weights) for name, probs in predictions.items()}
 
 
 def _logistic_probs(datamodule: TabularDataModule, split: str, seed: int) -> np.ndarray:

@@ -9,6 +9,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
@@ -200,5 +201,8 @@ def _read(split: Split, features: FeatureConfig) -> pd.DataFrame:
     if isinstance(split, pd.DataFrame):
         return split
     columns = [*features.categorical, *features.numeric, features.label]
-    columns += [features.weight] if features.weight is not None else []
+    if features.weight is not None:
+        if features.weight not in pq.read_schema(split).names:
+            raise ValueError(f"weight column {features.weight!r} is not in the table {split}")
+        columns.append(features.weight)
     return pd.read_parquet(split, columns=columns)

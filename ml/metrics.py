@@ -28,7 +28,11 @@ def auroc(y_true: ArrayLike, y_score: ArrayLike) -> float:
 
 
 def logloss(
-    y_true: ArrayLike, y_prob: ArrayLike, eps: float = PROB_EPS, weights: ArrayLike | None = None
+    y_true: ArrayLike,
+    y_prob: ArrayLike,
+    eps: float = PROB_EPS,
+    *,
+    weights: ArrayLike | None = None,
 ) -> float:
     """Mean binary cross-entropy of probabilities clipped to [eps, 1 - eps] (weighted by the
     rows' `weights` when given)."""
@@ -37,7 +41,7 @@ def logloss(
     return float(-np.average(y * np.log(p) + (1 - y) * np.log1p(-p), weights=weights))
 
 
-def brier(y_true: ArrayLike, y_prob: ArrayLike, weights: ArrayLike | None = None) -> float:
+def brier(y_true: ArrayLike, y_prob: ArrayLike, *, weights: ArrayLike | None = None) -> float:
     """Mean squared difference between the predicted probability and the 0/1 label (weighted
     by the rows' `weights` when given)."""
     y = np.asarray(y_true, dtype=np.float64).ravel()
@@ -60,7 +64,7 @@ def expected_calibration_error(y_true: ArrayLike, y_prob: ArrayLike, n_bins: int
 
 
 def binary_metrics(
-    y_true: ArrayLike, y_prob: ArrayLike, weights: ArrayLike | None = None
+    y_true: ArrayLike, y_prob: ArrayLike, *, weights: ArrayLike | None = None
 ) -> dict[str, float]:
     """Return ``{"auroc", "logloss", "brier", "ece"}`` for one set of predictions; with row
     `weights`, logloss and Brier score are weighted means (AUROC and ECE are not weighted)."""

@@ -107,6 +107,9 @@ def load_model_spec(task: TaskSpec) -> ModelSpec:
     number = isinstance(exponent, int | float) and not isinstance(exponent, bool)
     if not number or not 0 <= exponent <= 1:
         raise ValueError(f"{where}: importance_exponent must be a number within [0, 1]")
+    taken = {*categorical, *numeric, labels["label"], labels["example_id"], section["time_column"]}
+    if exponent > 0 and WEIGHT_COLUMN in taken:
+        raise ValueError(f"{where}: importance weights need the column name {WEIGHT_COLUMN!r}")
     features = FeatureConfig(
         categorical=categorical,
         numeric=numeric,

@@ -21,14 +21,15 @@ def importance_weights(
     """Each labelled example's training weight: how many of its day's examples it stands for,
     raised to `exponent`.
 
-    A day's targeted picks (any reason but audit or random) stand for themselves: 1. Its uniform
-    picks are a uniform sample of the day's other examples, so each stands for (the day's
-    examples - its targeted picks) / its uniform picks of them, and at least itself. With
-    exponent 1 the weighted training loss estimates the loss over every example of the labelled
-    days (a post-stratified Horvitz-Thompson estimate, high in variance; nearly free of
-    selection bias: the audit picks are drawn from every example before the targeted ones, so a
-    few of them stand in the targeted picks' stratum); with 0 every label weighs 1; between, the
-    weights are tempered.
+    A day's targeted picks (any reason but audit or random, or none) stand for themselves: 1.
+    Its uniform picks are taken as a uniform sample of the day's other examples, so each stands
+    for (the day's examples - its targeted picks) / its uniform picks of them, and at least
+    itself. With exponent 1 the weighted training loss estimates the loss over every example of
+    the labelled days: a post-stratified Horvitz-Thompson estimate, high in variance and nearly
+    free of selection bias (the audit picks are drawn from every example before the targeted
+    ones, so a few of them stand in the targeted picks' stratum; a day's random picks after
+    scored ones come from its unscored examples only). With 0 every label weighs 1; between,
+    the weights are tempered.
 
     `reasons` and `days` are per example; `day_sizes` is indexed by day: how many examples the
     day had, labelled or not.

@@ -38,9 +38,11 @@ def datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
 def test_graphed_step_on_cpu_runs_eagerly_with_the_plain_steps_results(
     datamodule: TabularDataModule, caplog: pytest.LogCaptureFixture
 ) -> None:
-    plain = train(datamodule, MODEL, replace(CONFIG, step="plain"))
+    # On the CPU even where a GPU is present: the eager fallback is what this checks.
+    config = replace(CONFIG, accelerator="cpu")
+    plain = train(datamodule, MODEL, replace(config, step="plain"))
     with caplog.at_level(logging.WARNING, logger="ml.graphed"):
-        graphed = train(datamodule, MODEL, replace(CONFIG, step="graphed"))
+        graphed = train(datamodule, MODEL, replace(config, step="graphed"))
 
     assert graphed.optimizer_steps == plain.optimizer_steps == 3 * 12  # ceil(3000 / 256) a epoch
     assert graphed.history == plain.history
@@ -146,11 +148,12 @@ def test_weighted_rows_give_the_plain_steps_results_on_cpu(
     splits: dict[str, pd.DataFrame],
 ) -> None:
     dm = weighted_datamodule(splits)
-    plain = train(dm, MODEL, replace(CONFIG, step="plain"))
-    graphed = train(dm, MODEL, replace(CONFIG, step="graphed"))
+    config = replace(CONFIG, accelerator="cpu")
+    plain = train(dm, MODEL, replace(config, step="plain"))
+    graphed = train(dm, MODEL, replace(config, step="graphed"))
     assert graphed.history == plain.history
     unweighted = train(
-        TabularDataModule(splits["train"], splits["val"], batch_size=256), MODEL, CONFIG
+        TabularDataModule(splits["train"], splits["val"], batch_size=256), MODEL, config
     )
     assert plain.history != unweighted.history
 
@@ -158,7 +161,7 @@ def test_weighted_rows_give_the_plain_steps_results_on_cpu(
 @cuda
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
 def test_replayed_graphs_match_eager_steps_on_cuda(
-    splits: dict[str, pd.DataFrame], weighted: bool
+    splits: dict[str, pd.DataFrame], weighted: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     # No dropout: eager and replayed steps draw their random numbers differently.
     model = replace(MODEL, dropout=0.0)
@@ -169,7 +172,12 @@ def test_replayed_graphs_match_eager_steps_on_cuda(
         else TabularDataModule(splits["train"], splits["val"], batch_size=256)
     )
     plain = train(dm, model, replace(config, step="plain"))
-    graphed = train(dm, model, replace(config, step="graphed"))
+    with caplog.at_level(logging.INFO, logger="ml.graphed"):
+        graphed = train(dm, model, replace(config, step="graphed"))
+    # Replayed, not the eager fallback (which would match the plain step too).
+    messages = [r.getMessage() for r in caplog.records if r.name == "ml.graphed"]
+    assert not [m for m in messages if "runs eagerly" in m], messages
+    assert any("captured as a CUDA graph" in m for m in messages), messages
     assert graphed.optimizer_steps == plain.optimizer_steps
     for got, want in zip(graphed.history, plain.history, strict=True):
         assert got == pytest.approx(want, abs=2e-3)

@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 import torch
 
-from ml.baselines import baseline_predictions
+from ml.baselines import baseline_predictions, evaluate_baselines
 from ml.config import FeatureConfig, ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.inference import load_predictor
+from ml.metrics import auroc, logloss
 from ml.training import build_module, train
 
 WEIGHTED = FeatureConfig(weight="w")
@@ -144,6 +145,23 @@ def test_weights_move_the_learned_rate_to_the_weighted_one(splits) -> None:
         assert means[f"plain {baseline}"] == pytest.approx(0.5, abs=0.07), baseline
         assert means[f"weighted {baseline}"] < means[f"plain {baseline}"] - 0.1, baseline
     assert means["weighted logistic_regression"] == pytest.approx(0.26, abs=0.07)
+
+
+def test_baselines_report_losses_weighted_as_the_networks_are(splits) -> None:
+    val = splits["val"].assign(w=np.tile([3.0, 1.0, 0.0, 0.5], len(splits["val"]) // 4))
+    dm = TabularDataModule(weighted(splits["train"], 1), val, features=WEIGHTED)
+    predictions = baseline_predictions(dm, "val")
+    scores = evaluate_baselines(dm, "val")
+    y = val.is_late.to_numpy()
+    for name, p in predictions.items():
+        assert scores[name]["logloss"] == pytest.approx(logloss(y, p, weights=val.w))
+        assert scores[name]["logloss"] != pytest.approx(logloss(y, p))
+        assert scores[name]["auroc"] == pytest.approx(auroc(y, p))
+
+
+def test_a_parquet_split_without_its_weight_column_is_named(parquet_splits) -> None:
+    with pytest.raises(ValueError, match=r"weight column 'w' is not in the table .*train\.parquet"):
+        TabularDataModule(parquet_splits["train"], parquet_splits["val"], features=WEIGHTED)
 
 
 def test_a_weighted_fit_checkpoints_a_predictor_that_reads_no_weights(splits, tmp_path) -> None:

@@ -60,6 +60,10 @@ def test_slices_group_by_a_column_or_by_bands_of_one() -> None:
         ),
         ({"importance_exponent": 1.5}, "importance_exponent must be a number within [0, 1]"),
         ({"importance_exponent": "half"}, "importance_exponent must be a number within [0, 1]"),
+        (
+            {"importance_exponent": 0.5, "numeric": ["distance", "sample_weight"]},
+            "importance weights need the column name 'sample_weight'",
+        ),
     ],
     ids=[
         "missing",
@@ -70,6 +74,7 @@ def test_slices_group_by_a_column_or_by_bands_of_one() -> None:
         "inverted-band",
         "exponent-above-one",
         "exponent-not-a-number",
+        "weight-column-taken",
     ],
 )
 def test_bad_settings_are_refused_naming_them(tmp_path, changes, message) -> None:

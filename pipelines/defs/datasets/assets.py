@@ -61,7 +61,8 @@ def build_dataset_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefin
 
     @dg.asset(
         group_name="datasets",
-        deps=[spec.examples_table],
+        # With importance weights, the day sizes come from the features table too.
+        deps=[spec.examples_table, *([spec.features_table] if spec.features.weight else [])],
         pool=WAREHOUSE_POOL,
         kinds={"dvc", "parquet"},
     )
