@@ -28,6 +28,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from bench import quiet_lightning
 from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.models import TabularNet
@@ -280,8 +281,7 @@ def main() -> None:
     if args.precisions is None:
         args.precisions = ["bf16", "fp32"] if args.device == "gpu" else ["fp32"]
     logging.basicConfig(level=logging.WARNING)
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_lightning()
     frame = make_flights(args.rows, seed=0)
     dm = TabularDataModule(frame, frame.head(1000))
     sampler = BusySampler(args.device)

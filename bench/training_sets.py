@@ -27,7 +27,6 @@ loop: a model trained otherwise would also have picked other flights.
 from __future__ import annotations
 
 import argparse
-import logging
 import tempfile
 import time
 import warnings
@@ -37,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench import quiet_lightning
 from ml.config import FeatureConfig, TrainConfig
 from ml.metrics import auroc, logloss
 
@@ -81,8 +81,13 @@ def network_scores(
 
     datamodule = TabularDataModule(train, val, features=features, seed=seed, min_steps_per_epoch=32)
     with tempfile.TemporaryDirectory() as checkpoints:
-        config = TrainConfig(max_epochs=epochs, early_stopping_patience=3, seed=seed)
-        config = replace(config, checkpoint_dir=checkpoints, batch_size=datamodule.batch_size)
+        config = TrainConfig(
+            batch_size=datamodule.batch_size,
+            max_epochs=epochs,
+            seed=seed,
+            early_stopping_patience=3,
+            checkpoint_dir=checkpoints,
+        )
         result = fit(datamodule, train_config=config)
         return load_predictor(result.best_checkpoint).predict_proba(scored)
 
@@ -90,25 +95,13 @@ def network_scores(
 def boosting_scores(
     train: pd.DataFrame, scored: pd.DataFrame, features: FeatureConfig, weights: np.ndarray | None
 ) -> np.ndarray:
-    """A HistGradientBoosting fitted on `train` with `weights`; its probabilities for `scored`."""
-    from sklearn.ensemble import HistGradientBoostingClassifier
-
-    from sim.reference import encode
+    """The reference's HistGradientBoosting (sim.reference) fitted on `train` with `weights`;
+    its probabilities for `scored`."""
+    from sim.reference import encode, fit_predict
 
     x_train, x_scored, categorical = encode(train, scored, features)
-    model = HistGradientBoostingClassifier(categorical_features=categorical, random_state=0)
-    model.fit(x_train, train[features.label].to_numpy(int), sample_weight=weights)
-    return model.predict_proba(x_scored)[:, 1]
-
-
-def quiet_training() -> None:
-    """Lightning's banners and warnings, once per fit, would bury the figures."""
-    import lightning.pytorch  # noqa: F401  (its import sets its loggers' levels: set them after)
-
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module="lightning")
-    warnings.filterwarnings("ignore", message=".*treespec.*")
+    y = train[features.label].to_numpy(np.int64)
+    return fit_predict(x_train, y, x_scored, categorical, seed=0, sample_weight=weights)
 
 
 @dataclass(frozen=True)
@@ -164,7 +157,9 @@ def main() -> None:
     parser.add_argument("--max-epochs", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=3, help="network fits per cut and variant")
     args = parser.parse_args()
-    quiet_training()
+    quiet_lightning()
+    warnings.filterwarnings("ignore", module="lightning")
+    warnings.filterwarnings("ignore", message=".*treespec.*")
 
     from pipelines.contracts import load_task
     from pipelines.labeling.selection import REASON_COLUMN, UNIFORM_REASONS, WEIGHT_COLUMN

@@ -22,6 +22,7 @@ from pathlib import Path
 import optuna
 import torch
 
+from bench import quiet_lightning
 from ml.config import ModelConfig, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
 from ml.synthetic import make_flights
@@ -40,8 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     # Progress here; the libraries' own lines stay out of the table's way.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_lightning(logging.WARNING)
 
     print(f"{os.cpu_count()} CPUs, CUDA: {torch.cuda.is_available()}", flush=True)
     dm = TabularDataModule(

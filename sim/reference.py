@@ -78,13 +78,20 @@ def encode(
     return train_matrix[:, known], other_matrix[:, known], np.array(categorical)[known]
 
 
-def _fit_predict(
-    x_train: np.ndarray, y: np.ndarray, x_other: np.ndarray, categorical: np.ndarray, seed: int
+def fit_predict(
+    x_train: np.ndarray,
+    y: np.ndarray,
+    x_other: np.ndarray,
+    categorical: np.ndarray,
+    seed: int,
+    sample_weight: np.ndarray | None = None,
 ) -> np.ndarray:
+    """The reference model fitted on (`x_train`, `y`), optionally weighted: its probabilities
+    for `x_other`."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     model = HistGradientBoostingClassifier(categorical_features=categorical, random_state=seed)
-    return model.fit(x_train, y).predict_proba(x_other)[:, 1]
+    return model.fit(x_train, y, sample_weight=sample_weight).predict_proba(x_other)[:, 1]
 
 
 def _inputs(
@@ -132,7 +139,7 @@ def weekly_reference(
                 fits.append((len(rows), name, y, inputs))
         rows.append(row)
     scores = Parallel(n_jobs=jobs or os.cpu_count() or 1)(
-        delayed(_fit_predict)(*inputs, seed) for _, _, _, inputs in fits
+        delayed(fit_predict)(*inputs, seed) for _, _, _, inputs in fits
     )
     for (i, name, y, _), predicted in zip(fits, scores, strict=True):
         rows[i][name] = auroc(y, predicted)
