@@ -8,6 +8,7 @@ server comes from `MLFLOW_TRACKING_URI` and the studies from an RDB URL
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -61,19 +62,33 @@ class MlflowTracker(dg.ConfigurableResource):
         self.check()
         from mlflow import MlflowClient
 
-        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.registry_uri)
+        with _first_opening(self.tracking_uri, self.registry_uri) as first:
+            client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.registry_uri)
+            if first:
+                client.search_registered_models(max_results=1)  # opens the registry's store too
+        return client
 
     def experiment_id(self) -> str:
         """The id of the experiment, created (with the artifact location) on first use."""
-        if self.tracking_uri.startswith(SQLITE_PREFIX):
-            Path(self.tracking_uri.removeprefix(SQLITE_PREFIX)).parent.mkdir(
-                parents=True, exist_ok=True
-            )
+        from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
+
         client = self.client()
         experiment = client.get_experiment_by_name(self.experiment)
         if experiment is not None:
             return experiment.experiment_id
-        return client.create_experiment(self.experiment, artifact_location=self.artifact_location)
+        try:
+            return client.create_experiment(
+                self.experiment, artifact_location=self.artifact_location
+            )
+        except MlflowException as e:
+            # Another run created it between the lookup and the creation.
+            if e.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
+            experiment = client.get_experiment_by_name(self.experiment)
+            if experiment is None:
+                raise
+            return experiment.experiment_id
 
     @contextmanager
     def start_run(self, run_name: str, tags: dict[str, str]) -> Iterator[mlflow.ActiveRun]:
@@ -147,6 +162,32 @@ class MlflowTracker(dg.ConfigurableResource):
         run = self.client().get_run(run_id)
         base = self.tracking_uri.rstrip("/")
         return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+
+
+# SQLite stores this process has seen initialized (or initialized itself).
+_INITIALIZED: set[str] = set()
+
+
+@contextmanager
+def _first_opening(tracking_uri: str, registry_uri: str | None) -> Iterator[bool]:
+    """Around a process's first opening of a local SQLite store: an exclusive lock, yielding True.
+
+    MLflow creates and migrates an empty database's tables in whichever process opens it first,
+    with no lock: runs starting together on a fresh home (four partitions of the daily job) race
+    through the migrations, and all but one fail on tables or columns the others just made. The
+    lock is on a file beside the database; by the time a process holds it, any other's creation
+    has finished. Later openings in the process, and other stores, yield False without a lock.
+    """
+    uris = {tracking_uri, registry_uri or tracking_uri}
+    if not all(uri.startswith(SQLITE_PREFIX) for uri in uris) or uris <= _INITIALIZED:
+        yield False
+        return
+    db = Path(tracking_uri.removeprefix(SQLITE_PREFIX))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(f"{db.name}.init-lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released on close, or by the kernel if killed
+        yield True
+    _INITIALIZED.update(uris)
 
 
 def trial_metrics(trial: FrozenTrial, monitor: str, timestamp: int) -> list[Metric]:
