@@ -131,9 +131,6 @@ class TuneConfig:
     reduction_factor: int = 3
     pruning: bool = True
     search_space: SearchSpace = field(default_factory=SearchSpace)
-    # Parameters the first trial of a new study tries (e.g. those of the model in production),
-    # as values or their strings; those outside the search space are left to the sampler.
-    warm_start: dict[str, Any] | None = None
     # Worker processes on the study (ml.tuning.tune starts them); 1 tunes in this process.
     workers: int = 1
     # On an RDB storage each running trial beats every heartbeat_interval_s; one silent for

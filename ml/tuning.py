@@ -17,11 +17,11 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import lightning as L
 import optuna
@@ -258,36 +258,6 @@ def work(
             callback(study, frozen)
 
 
-def warm_start_params(params: Mapping[str, Any], space: SearchSpace) -> dict[str, Any]:
-    """The parameters of ``params`` the objective can take as they are: each parsed (they may be
-    strings, as MLflow stores them) and inside ``space``; the others are left out (the sampler
-    picks them). Unknown names, such as a run's ``max_epochs``, are ignored."""
-    ranges = {
-        "depth": (int, space.depth),
-        "dropout": (float, space.dropout),
-        "lr": (float, space.lr),
-        "weight_decay": (float, space.weight_decay),
-    }
-    choices = {"arch": (str, space.arch), "width": (int, space.width)}
-    kept: dict[str, Any] = {}
-    for name, raw in params.items():
-        kind, allowed = ranges.get(name) or choices.get(name) or (None, ())
-        if kind is None:
-            continue
-        try:
-            value = kind(float(raw)) if kind is int else kind(raw)
-        except (TypeError, ValueError, OverflowError):
-            continue
-        if kind is int and float(raw) != value:
-            continue
-        if name in choices:
-            if value in allowed:
-                kept[name] = value
-        elif allowed[0] <= value <= allowed[1]:
-            kept[name] = value
-    return kept
-
-
 def make_objective(
     datamodule: TabularDataModule, config: TuneConfig, model: ModelConfig, base: TrainConfig
 ) -> Callable[[Trial], float]:
@@ -351,9 +321,6 @@ def tune(
     if config.workers > 1 and config.n_trials is None:
         raise ValueError("parallel workers share a trial budget: set n_trials")
     study = create_study(config, max_epochs=train_config.max_epochs)
-    if config.warm_start and not study.get_trials(deepcopy=False):
-        # The first trial of a new study; a resumed study has it already.
-        study.enqueue_trial(warm_start_params(config.warm_start, config.search_space))
     if config.n_trials is None:
         objective = make_objective(datamodule, config, model_config, train_config)
         callbacks = [trial_callback] if trial_callback else []

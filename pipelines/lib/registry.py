@@ -72,16 +72,6 @@ def champion(tracker: MlflowTracker, name: str) -> ModelVersion | None:
         raise
 
 
-def champion_params(
-    tracker: MlflowTracker, name: str
-) -> tuple[ModelVersion, dict[str, str]] | None:
-    """The champion and the parameters its training run logged (None before any promotion)."""
-    current = champion(tracker, name)
-    if current is None:
-        return None
-    return current, dict(tracker.client().get_run(current.run_id).data.params)
-
-
 def versions(tracker: MlflowTracker, name: str) -> list[ModelVersion]:
     """Every version of a registered model, oldest first."""
     found = tracker.client().search_model_versions(f"name = '{name}'")

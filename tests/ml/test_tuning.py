@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
-from ml.tuning import create_study, tune, warm_start_params
+from ml.tuning import create_study, tune
 from tests.ml.conftest import run_until_killed
 
 SPACE = SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",))
@@ -93,45 +93,6 @@ def test_crashed_study_continues_with_its_trials(
     assert result.n_complete == 3
     # The budget is already spent: another call runs no further trial.
     assert tune(datamodule, config, ModelConfig(), one_epoch).n_complete == 3
-
-
-def test_a_warm_start_is_the_first_trial_of_a_new_study_only(
-    datamodule: TabularDataModule, tmp_path: Path
-) -> None:
-    space = SearchSpace(width=(16, 32), depth=(1, 2), arch=("mlp",))
-    # As MLflow stores a run's parameters: strings, with the run's own settings beside them.
-    logged = {"arch": "mlp", "width": "32", "depth": "2", "dropout": "0.25", "lr": "0.01",
-              "weight_decay": "1e-05", "max_epochs": "7", "batch_size": "47"}  # fmt: skip
-    warm = {"arch": "mlp", "width": 32, "depth": 2, "dropout": 0.25, "lr": 0.01,
-            "weight_decay": 1e-05}  # fmt: skip
-    config = _config(tmp_path, pruning=False, search_space=space, warm_start=logged)
-    one_epoch = replace(TRAIN, max_epochs=1)
-
-    tune(datamodule, config, ModelConfig(), one_epoch)
-    # Resumed with a larger budget: the warm start is not queued again.
-    tune(datamodule, replace(config, n_trials=3), ModelConfig(), one_epoch)
-
-    trials = create_study(config, max_epochs=1).trials
-    assert [t.system_attrs.get("fixed_params") for t in trials] == [warm, {}, {}]
-    assert trials[0].params == warm
-    assert all(t.state == TrialState.COMPLETE for t in trials)
-
-
-@pytest.mark.parametrize(
-    ("logged", "kept"),
-    [
-        ({"width": "64", "depth": "2"}, {"depth": 2}),  # 64 is not a width of the space
-        ({"dropout": "0.9", "lr": "1e-3"}, {"lr": 1e-3}),  # dropout above its bound
-        ({"depth": "1.5", "arch": "resmlp"}, {}),  # not a whole depth; not an arch of the space
-        ({"depth": "inf", "lr": "nan", "weight_decay": "tiny", "width": None}, {}),
-        ({"seed": "3", "max_epochs": "12"}, {}),  # not searched
-    ],
-)
-def test_a_warm_start_keeps_only_what_the_space_allows(
-    logged: dict[str, object], kept: dict[str, object]
-) -> None:
-    space = SearchSpace(width=(16, 32), depth=(1, 2), arch=("mlp",))
-    assert warm_start_params(logged, space) == kept
 
 
 def test_budget_needs_a_limit(datamodule: TabularDataModule, tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from ml.config import FeatureConfig
 from ml.synthetic import make_flights
 from pipelines.defs.training.assets import build_training_assets
 from pipelines.lib.datasets import DvcDatasetStore
-from pipelines.lib.registry import record_decision
 from pipelines.lib.tracking import (
     MlflowTracker,
     TuningStorage,
@@ -142,52 +141,6 @@ def test_challenger_is_tuned_tracked_and_registered(
     assert parent.data.params["batch_size"] == "47"
     version = client.get_model_version(MODEL, "1")
     assert version.run_id == parent.info.run_id
-
-
-def test_the_first_trial_tries_the_champions_parameters(
-    instance: dg.DagsterInstance, tracker: MlflowTracker, store: DvcDatasetStore, tmp_path: Path
-) -> None:
-    record_dataset(instance, store)
-    first = materialize(instance, tracker, tmp_path, store, n_trials=2, max_epochs=1)
-    assert first.success
-    record_decision(tracker, MODEL, 1, "promoted", "test", promote=True)
-    champion_run = tracker.client().get_model_version(MODEL, "1").run_id
-    champion_params = tracker.client().get_run(champion_run).data.params
-
-    # A new study (another storage folder): its first trial is the champion's.
-    second = materialize(
-        instance, tracker, tmp_path, store, str(tmp_path / "optuna-2"), n_trials=2, max_epochs=1
-    )
-
-    assert second.success
-    runs = tracker.client().search_runs([tracker.experiment_id()])
-    [parent] = [
-        r for r in runs if MLFLOW_PARENT_RUN_ID not in r.data.tags and r.info.run_id != champion_run
-    ]
-    assert parent.data.tags["tuning.warm_start"] == f"models:/{MODEL}/1"
-    [trial_0] = [
-        r
-        for r in runs
-        if r.data.tags.get(MLFLOW_PARENT_RUN_ID) == parent.info.run_id
-        and r.data.tags["optuna.trial_number"] == "0"
-    ]
-    assert trial_0.data.params == {k: champion_params[k] for k in trial_0.data.params}
-    assert "tuning.warm_start" not in tracker.client().get_run(champion_run).data.tags
-    # Turned off, a new study samples its first trial.
-    third = materialize(
-        instance,
-        tracker,
-        tmp_path,
-        store,
-        str(tmp_path / "optuna-3"),
-        n_trials=1,
-        max_epochs=1,
-        warm_start=False,
-    )
-    assert third.success
-    [meta] = [e.materialization.metadata for e in third.get_asset_materialization_events()]
-    third_run = tracker.client().get_run(str(meta["mlflow_run_id"].value))
-    assert "tuning.warm_start" not in third_run.data.tags
 
 
 def test_the_step_tunes_with_worker_processes_on_an_rdb_study(

@@ -11,7 +11,6 @@ import pyarrow.parquet as pq
 
 from ml.config import FeatureConfig, ModelConfig, TrainConfig, TuneConfig
 from pipelines.lib.datasets import DvcDatasetStore
-from pipelines.lib.registry import champion_params
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
 from pipelines.lib.tuning_workers import DatasetRef, TuningWorkers, datamodule_for
 
@@ -48,9 +47,6 @@ class TrainingConfig(dg.Config):
     # Workers on the study (processes, or pods on Kubernetes); above 1 they need an RDB storage
     # (heartbeats, retries).
     workers: int = 1
-    # The first trial of each study tries the champion's hyperparameters: with a few trials
-    # each, the search keeps what won before instead of starting over at every retraining.
-    warm_start: bool = True
     # A small dataset trains in smaller batches, so that every epoch takes at least this many
     # optimizer steps (a bootstrap's 900 training rows at a batch of 1,024 would take one).
     min_steps_per_epoch: int = 32
@@ -150,16 +146,6 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
         # One study per dataset version: a retried run resumes it, a larger n_trials extends it.
         study = f"{task_name}-{dataset.dvc_hash[:12]}"
         tune_config, train_config = ml_configs(config, study, tuning_storage)
-        tags = {
-            "dataset.dvc_hash": dataset.dvc_hash,
-            "git.commit": git_commit(),
-            "dagster.run_id": context.run_id,
-        }
-        if config.warm_start and (current := champion_params(tracker, registered)) is not None:
-            version, params = current
-            tune_config = replace(tune_config, warm_start=params)
-            tags["tuning.warm_start"] = version.uri
-            context.log.info(f"the first trial tries the parameters of the champion, {version.uri}")
         datamodule = datamodule_for(dataset.path, features, config.seed, config.min_steps_per_epoch)
         # The batch the data module trains with, as the run's parameters record it.
         train_config = replace(train_config, batch_size=datamodule.batch_size)
@@ -167,6 +153,11 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
             DatasetRef(task_name, dataset.dvc_hash, config.seed, config.min_steps_per_epoch),
             context.run_id,
         )
+        tags = {
+            "dataset.dvc_hash": dataset.dvc_hash,
+            "git.commit": git_commit(),
+            "dagster.run_id": context.run_id,
+        }
         with (
             tracker.start_run(run_name=f"{registered}-{context.run_id[:8]}", tags=tags) as run,
             tempfile.TemporaryDirectory() as checkpoints,
