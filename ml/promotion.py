@@ -52,7 +52,8 @@ class Decision:
 
 
 def decide(inputs: GateInputs, config: GateConfig) -> Decision:
-    """Promote a first model that beats the floor baselines, or a challenger beating the champion.
+    """Promote a first model that beats the floor baselines by more than ``floor_margin`` (a
+    negative one: is less than that much worse), or a challenger beating the champion.
 
     Against a champion the challenger must improve with the whole bootstrap interval above
     ``min_improvement`` and worsen no large enough slice by more than ``slice_tolerance``. A
@@ -92,7 +93,7 @@ def _floor_checks(
         gain = sign * (challenger - floor)
         checks.append(
             (
-                f"beats {name}",
+                f"beats {name}" if config.floor_margin >= 0 else f"not worse than {name}",
                 gain > config.floor_margin,
                 f"{metric} {challenger:.4f} vs {name} {floor:.4f} is an improvement of "
                 f"{gain:.4f} (needs more than {config.floor_margin:.4f})",

@@ -177,6 +177,10 @@ def _first_opening(tracking_uri: str, registry_uri: str | None) -> Iterator[bool
     through the migrations, and all but one fail on tables or columns the others just made. The
     lock is on a file beside the database; by the time a process holds it, any other's creation
     has finished. Later openings in the process, and other stores, yield False without a lock.
+    A SQLite registry apart from a SQLite tracking store shares the tracking database's lock; a
+    server on either side takes no lock (the server creates its own tables). A process killed
+    inside releases the lock with its file; what it left of MLflow's migrations is not repaired
+    here.
     """
     uris = {tracking_uri, registry_uri or tracking_uri}
     if not all(uri.startswith(SQLITE_PREFIX) for uri in uris) or uris <= _INITIALIZED:

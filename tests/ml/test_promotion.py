@@ -51,6 +51,17 @@ CASES = {
         replace(LOGLOSS, floor_margin=0.02),
         False,
     ),
+    # A negative margin: a first model may be less than that much worse than the floor.
+    "first-worse-within-negative-margin": (
+        first({"logloss": 0.52}),
+        replace(LOGLOSS, floor_margin=-0.03),
+        True,
+    ),
+    "first-worse-beyond-negative-margin": (
+        first({"logloss": 0.54}),
+        replace(LOGLOSS, floor_margin=-0.03),
+        False,
+    ),
     "first-auroc-above-floor": (first({"auroc": 0.75}), AUROC, True),
     "first-auroc-below-floor": (first({"auroc": 0.65}), AUROC, False),
     "first-auroc-not-above-chance": (
@@ -148,6 +159,9 @@ def test_reason_names_the_numbers() -> None:
     promoted = decide(first({"logloss": 0.45}), LOGLOSS)
     assert "0.4500" in promoted.reason and "0.5000" in promoted.reason
     assert [name for name, _, _ in promoted.checks] == ["beats logistic_regression"]
+    within = decide(first({"logloss": 0.52}), replace(LOGLOSS, floor_margin=-0.03))
+    assert [name for name, _, _ in within.checks] == ["not worse than logistic_regression"]
+    assert "-0.0200" in within.reason and "-0.0300" in within.reason
 
 
 ERRORS = {

@@ -22,6 +22,10 @@ def test_the_baselines_learn_from_the_validation_rows_too() -> None:
 
     scores = refitted_baselines(frames, test, features, seed=0)
 
+    # Nothing is learned from the test rows: their labels flipped, the scores are the same.
+    flipped = test.assign(is_late=~test["is_late"].astype(bool))
+    for name, same in refitted_baselines(frames, flipped, features, seed=0).items():
+        assert (same == scores[name]).all(), name
     new = (test["carrier"] == "QQ").to_numpy()
     for name in ("logistic_regression", "hist_gradient_boosting"):
         assert len(scores[name]) == len(test)
