@@ -19,7 +19,6 @@ from pipelines.model_spec import ModelSpec
 from pipelines.policy import PromotionPolicy
 
 if TYPE_CHECKING:
-    from ml.config import FeatureConfig
     from ml.evaluation import Evaluation
     from pipelines.defs.training.assets import TrainingDataset
 
@@ -88,24 +87,6 @@ def unbiased_sample(test: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return test, f"all {len(test)} labels (fewer than {MIN_UNBIASED_ROWS} uniformly sampled)"
 
 
-def refitted_baselines(
-    frames: dict[str, pd.DataFrame], test: pd.DataFrame, features: FeatureConfig, seed: int
-) -> dict[str, np.ndarray]:
-    """Each baseline's scores on `test`, fitted on the train and validation rows together: the
-    rows the challenger's final fit learned from, so the floor is a model of the same data.
-
-    Fitted on the train split alone they were a week behind the challenger and, on a first
-    dataset of 900 rows, no floor at all: the logistic regression's test log loss was 2.51 where
-    fitted on both it is 0.62 (the 184 days from July 1, version 1; README, Promotion)."""
-    from ml.baselines import baseline_predictions
-    from ml.data import TabularDataModule
-
-    datamodule = TabularDataModule(
-        frames["train"], frames["validation"], test, features=features, seed=seed
-    )
-    return baseline_predictions(datamodule.with_validation_in_training(), "test", seed)
-
-
 def evaluate_challenger(
     tracker: MlflowTracker,
     warehouse: Warehouse,
@@ -118,6 +99,8 @@ def evaluate_challenger(
 ) -> ChallengerEvaluation:
     """Score the dataset's test split with the challenger, the champion and refitted baselines,
     and compare them overall, by slice and (challenger vs champion) with paired bootstraps."""
+    from ml.baselines import baseline_predictions
+    from ml.data import TabularDataModule
     from ml.evaluation import evaluate_models
 
     frames = {s: pd.read_parquet(dataset.split(s)) for s in ("train", "validation", "test")}
@@ -125,7 +108,10 @@ def evaluate_challenger(
     predictions = {"challenger": _scores(tracker, spec, challenger, test)}
     if champion is not None:
         predictions["champion"] = _scores(tracker, spec, champion, test)
-    predictions |= refitted_baselines(frames, test, spec.features, seed)
+    datamodule = TabularDataModule(
+        frames["train"], frames["validation"], test, features=spec.features, seed=seed
+    )
+    predictions |= baseline_predictions(datamodule, "test", seed)
     label = spec.label
     evaluation = evaluate_models(
         test,
