@@ -71,7 +71,6 @@ class MlflowTracker(dg.ConfigurableResource):
     def experiment_id(self) -> str:
         """The id of the experiment, created (with the artifact location) on first use."""
         from mlflow.exceptions import MlflowException
-        from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 
         client = self.client()
         experiment = client.get_experiment_by_name(self.experiment)
@@ -83,7 +82,7 @@ class MlflowTracker(dg.ConfigurableResource):
             )
         except MlflowException as e:
             # Another run created it between the lookup and the creation.
-            if e.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":  # as registry.champion reads codes
                 raise
             experiment = client.get_experiment_by_name(self.experiment)
             if experiment is None:
