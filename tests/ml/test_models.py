@@ -11,7 +11,7 @@ import torch
 from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.inference import load_predictor
-from ml.models import TabularNet
+from ml.models import Dropout, TabularNet
 from ml.training import build_module, train
 
 
@@ -22,6 +22,39 @@ def test_tabular_net_returns_one_logit_per_row(arch: str) -> None:
     assert logits.shape == (8,)
     assert net.embedding.dims == [ModelConfig().embedding_dim(5), 11]
     assert ModelConfig().embedding_dim(30) == 11
+
+
+@pytest.mark.parametrize("arch", ["mlp", "resmlp"])
+def test_every_dropout_of_the_network_is_the_cpu_one(arch: str) -> None:
+    net = TabularNet([5], n_numeric=3, config=ModelConfig(arch=arch, width=8, depth=3))
+    dropouts = [m for m in net.modules() if isinstance(m, torch.nn.Dropout)]
+    assert len(dropouts) == 3 and all(type(m) is Dropout for m in dropouts)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_cpu_dropout_keeps_each_element_with_probability_one_minus_p_scaled(p: float) -> None:
+    x = torch.randn(512, 256, requires_grad=True)
+    torch.manual_seed(0)
+    out = Dropout(p)(x)
+    kept = out != 0
+    share = kept.float().mean().item()
+    # 131,072 elements: the kept share's standard error is below 0.0014.
+    assert abs(share - (1 - p)) < 0.006
+    assert torch.allclose(out[kept], x[kept] / (1 - p))
+    out.sum().backward()
+    assert x.grad is not None
+    assert torch.allclose(x.grad, kept.float() / (1 - p))
+    # Seeded, the masks repeat; a second draw is another mask.
+    torch.manual_seed(0)
+    assert torch.equal(Dropout(p)(x.detach()), out.detach())
+    assert not torch.equal(Dropout(p)(x.detach()), out.detach())
+
+
+def test_cpu_dropout_is_the_identity_in_evaluation_and_at_zero() -> None:
+    x = torch.randn(64, 16)
+    assert torch.equal(Dropout(0.3).eval()(x), x)
+    assert torch.equal(Dropout(0.0)(x), x)
+    assert torch.equal(Dropout(1.0)(x), torch.zeros_like(x))
 
 
 def test_one_table_embeds_each_column_as_its_own_embedding_would() -> None:
