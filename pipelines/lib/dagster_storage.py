@@ -9,6 +9,14 @@ database and the last runs' databases, and otherwise leaves everything to Dagste
 same files and schema, WAL journal, busy timeout, the same lock around every use, and the same
 durability (each event is its own committed transaction). Measured: 0.8 ms and 1.9 ms.
 
+Two more of Dagster's per-call costs are cut the same way. Each run's new database was stamped
+with the schema's alembic revision by parsing every migration script of Dagster's, and its
+tables created before its WAL journal: 44 ms a run (a simulated day starts three or four). A new
+run database now gets the same tables, journal and stamp in 12 ms, the scripts parsed once per
+process. And `has_table`, asked several times for each asset event, opened and disposed an
+engine on the index database each time: a table it found is remembered (migrations add tables;
+none are dropped under a running instance).
+
 It is the embedded default's (`deploy/dagster.yaml`); the stack and production keep Dagster's
 PostgreSQL storage. The webserver and the daemon read the same files as before.
 """
@@ -16,6 +24,7 @@ PostgreSQL storage. The webserver and the daemon read the same files as before.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -23,9 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as db
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from dagster import Field, StringSource
 from dagster._core.errors import DagsterInvariantViolationError
+from dagster._core.storage.event_log.schema import SqlEventLogStorageMetadata
+from dagster._core.storage.event_log.sqlite import sqlite_event_log
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.sql import get_alembic_config
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy.engine import Connection, Engine
@@ -37,6 +51,16 @@ if TYPE_CHECKING:
 # The index database and the databases of the runs being written or read: a run writes its own
 # and the index, a sensor reads the index; older runs are read again only in the UI.
 KEPT_ENGINES = 8
+_SCRIPTS: list[ScriptDirectory] = []
+
+
+def migration_scripts() -> ScriptDirectory:
+    """Dagster's event log migration scripts, as its SQLite storage configures them, parsed once
+    per process (alembic memoizes the parse on the instance)."""
+    if not _SCRIPTS:
+        config = get_alembic_config(sqlite_event_log.__file__)
+        _SCRIPTS.append(ScriptDirectory.from_config(config))
+    return _SCRIPTS[0]
 
 
 class PooledSqliteEventLogStorage(SqliteEventLogStorage):
@@ -51,6 +75,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
         # Before Dagster's constructor, which already connects (its migrations).
         self._engines: OrderedDict[str, Engine] = OrderedDict()
+        self._tables_found: set[str] = set()
         super().__init__(base_dir, inst_data=inst_data)
 
     @classmethod
@@ -94,6 +119,41 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             oldest.dispose()
         return engine
 
+    def has_table(self, table_name: str) -> bool:
+        if table_name in self._tables_found:
+            return True
+        found = super().has_table(table_name)
+        if found:
+            self._tables_found.add(table_name)
+        return found
+
+    def _initdb(self, engine: Engine, for_index_shard: bool = False) -> None:
+        # A run's database that does not exist yet: Dagster's tables and its stamp at the head
+        # revision, as Dagster's `_initdb` writes them, with the scripts parsed once. Anything
+        # else (the index, an existing database, a database another process is creating at the
+        # same moment) is Dagster's own path, with its retries.
+        if not for_index_shard and self._create_run_database(engine):
+            return
+        super()._initdb(engine, for_index_shard=for_index_shard)
+
+    def _create_run_database(self, engine: Engine) -> bool:
+        """Create a new run database with Dagster's tables, its WAL journal and its stamp (the
+        journal set first: each table's creation then commits to the WAL). False if it was not
+        new, or its creation raced another process's: Dagster's `_initdb` then does it (a
+        database killed half-created has no stamp, and Dagster's path completes it)."""
+        path = engine.url.database
+        if not path or os.path.exists(path):
+            return False
+        try:
+            with engine.connect() as conn:
+                conn.execute(db.text("PRAGMA journal_mode=WAL;"))
+                SqlEventLogStorageMetadata.create_all(conn)
+                MigrationContext.configure(conn).stamp(migration_scripts(), "head")
+                conn.commit()
+        except (db.exc.DatabaseError, sqlite3.DatabaseError):
+            return False
+        return True
+
     def _dispose_engines(self) -> None:
         while self._engines:
             _, engine = self._engines.popitem()
@@ -114,6 +174,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         # The run databases' files are deleted: no connection may outlive them.
         with self._db_lock:
             self._dispose_engines()
+            self._tables_found.clear()
         super().wipe()
 
     def dispose(self) -> None:

@@ -1,13 +1,16 @@
 """The embedded instance's event log: Dagster's SQLite storage with its connections kept.
 
-Same files, same answers as Dagster's own classes, readable by another process while written,
+Same files (a new run database: the same tables, journal and stamp), same answers as Dagster's
+own classes, readable by another process while written,
 nothing committed lost when the writing process is killed, and a bounded number of open engines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,8 +18,13 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 
-from pipelines.lib.dagster_storage import KEPT_ENGINES, PooledSqliteEventLogStorage
+from pipelines.lib.dagster_storage import (
+    KEPT_ENGINES,
+    PooledSqliteEventLogStorage,
+    migration_scripts,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -119,3 +127,65 @@ def test_another_process_reads_while_one_writes_and_a_kill_loses_nothing_committ
         materialize(reader, "reader", "a")  # the killed writer left no lock behind
         assert time.monotonic() - start < 5
         assert len(reader.fetch_materializations(dg.AssetKey("a"), limit=10).records) == 2
+
+
+def _layout(path: Path) -> tuple[list, list, list]:
+    """A SQLite file's schema, alembic stamp and journal mode."""
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        return (
+            sorted(con.execute("select type, name, sql from sqlite_master").fetchall()),
+            con.execute("select version_num from alembic_version").fetchall(),
+            con.execute("pragma journal_mode").fetchall(),
+        )
+
+
+def test_a_new_run_database_is_dagsters_own_tables_journal_and_stamp(tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for storage in (PooledSqliteEventLogStorage(str(ours)), SqliteEventLogStorage(str(theirs))):
+        with storage.run_connection("r1"):
+            pass
+        storage.dispose()
+    assert _layout(ours / "r1.db") == _layout(theirs / "r1.db")
+    assert _layout(ours / "r1.db")[1] == [(migration_scripts().get_current_head(),)]
+    assert _layout(ours / "r1.db")[2] == [("wal",)]
+
+
+def test_a_run_database_killed_half_created_is_completed(tmp_path: Path) -> None:
+    storage = PooledSqliteEventLogStorage(str(tmp_path / "ours"))
+    theirs = SqliteEventLogStorage(str(tmp_path / "theirs"))
+    with theirs.run_connection("r1"):
+        pass
+    # What a process killed after the first table leaves: that table and its indexes, no stamp.
+    with contextlib.closing(sqlite3.connect(tmp_path / "theirs" / "r1.db")) as con:
+        first = con.execute(
+            "select sql from sqlite_master where tbl_name = 'event_logs' and sql is not null "
+            "order by type desc"
+        ).fetchall()
+    with contextlib.closing(sqlite3.connect(tmp_path / "ours" / "r1.db")) as con:
+        for (statement,) in first:
+            con.execute(statement)
+    entry = dg.EventLogEntry(
+        error_info=None, level="INFO", user_message="hello", run_id="r1", timestamp=time.time()
+    )
+    storage.store_event(entry)
+    assert _layout(tmp_path / "ours" / "r1.db") == _layout(tmp_path / "theirs" / "r1.db")
+    assert [e.user_message for e in storage.get_logs_for_run("r1")] == ["hello"]
+
+
+def test_a_table_found_is_not_looked_up_again(home: Path, monkeypatch) -> None:
+    calls: list[str] = []
+    looked_up = SqliteEventLogStorage.has_table
+
+    def counted(self, name: str) -> bool:
+        calls.append(name)
+        return looked_up(self, name)
+
+    monkeypatch.setattr(SqliteEventLogStorage, "has_table", counted)
+    with dg.DagsterInstance.get() as instance:
+        storage = instance.event_log_storage
+        assert storage.has_table("event_logs") and storage.has_table("event_logs")
+        assert not storage.has_table("no_such_table") and not storage.has_table("no_such_table")
+        assert calls == ["event_logs", "no_such_table", "no_such_table"]
+        for i in range(3):
+            materialize(instance, f"run-{i}", "a")
+        assert len(instance.fetch_materializations(dg.AssetKey("a"), limit=10).records) == 3
