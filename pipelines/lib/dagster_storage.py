@@ -23,6 +23,7 @@ PostgreSQL storage. The webserver and the daemon read the same files as before.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from collections import OrderedDict
@@ -51,16 +52,13 @@ if TYPE_CHECKING:
 # The index database and the databases of the runs being written or read: a run writes its own
 # and the index, a sensor reads the index; older runs are read again only in the UI.
 KEPT_ENGINES = 8
-_SCRIPTS: list[ScriptDirectory] = []
 
 
+@functools.cache
 def migration_scripts() -> ScriptDirectory:
     """Dagster's event log migration scripts, as its SQLite storage configures them, parsed once
     per process (alembic memoizes the parse on the instance)."""
-    if not _SCRIPTS:
-        config = get_alembic_config(sqlite_event_log.__file__)
-        _SCRIPTS.append(ScriptDirectory.from_config(config))
-    return _SCRIPTS[0]
+    return ScriptDirectory.from_config(get_alembic_config(sqlite_event_log.__file__))
 
 
 class PooledSqliteEventLogStorage(SqliteEventLogStorage):
@@ -151,7 +149,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                 MigrationContext.configure(conn).stamp(migration_scripts(), "head")
                 conn.commit()
         except (db.exc.DatabaseError, sqlite3.DatabaseError):
-            return False
+            return False  # not lost: Dagster's path raises it again if it was not a race
         return True
 
     def _dispose_engines(self) -> None:
