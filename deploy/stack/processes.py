@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -32,9 +33,18 @@ def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` different TCP ports on 127.0.0.1 that nothing listens on now. The probes stay
+    bound until all are chosen: one closed before the next is bound may be handed out again
+    (two services of one stack were once given the same port)."""
+    with contextlib.ExitStack() as probes:
+        sockets = [probes.enter_context(socket.socket()) for _ in range(count)]
+        for probe in sockets:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in sockets]
 
 
 def http_ok(url: str) -> bool:

@@ -25,7 +25,7 @@ from deploy.stack.processes import (
     ProcessTable,
     Service,
     StackError,
-    free_port,
+    free_ports,
     http_ok,
     write_atomically,
 )
@@ -79,7 +79,7 @@ class Stack:
             return json.loads(path.read_text())
         self.root.mkdir(parents=True, exist_ok=True)
         chosen = {
-            "ports": {name: free_port() for name in PORTS},
+            "ports": dict(zip(PORTS, free_ports(len(PORTS)), strict=True)),
             "postgres_password": secrets.token_urlsafe(18),
             "s3_secret": secrets.token_urlsafe(18),
         }

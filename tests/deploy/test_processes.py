@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from deploy.stack import postgres
-from deploy.stack.processes import ProcessTable, Service, StackError, free_port
+from deploy.stack.processes import ProcessTable, Service, StackError, free_port, free_ports
 from deploy.stack.stack import code_server_ready
 
 
@@ -47,6 +47,16 @@ def test_a_service_not_ready_in_time_is_stopped_by_stop_and_named(tmp_path: Path
     assert table.running("sleeper") is not None
     assert table.stop(["sleeper"], timeout_s=10) == ["sleeper"]
     assert table.running("sleeper") is None
+
+
+def test_ports_chosen_together_are_all_different_and_free():
+    # One at a time, 200 probes would repeat a port about half the time (the kernel may hand a
+    # closed probe's port out again); a stack once gave two of its services the same one.
+    ports = free_ports(200)
+    assert len(set(ports)) == 200
+    for port in ports[:20]:
+        with socket.socket() as again:
+            again.bind(("127.0.0.1", port))
 
 
 def test_start_is_idempotent_and_a_recycled_pid_is_not_the_service(tmp_path: Path):
