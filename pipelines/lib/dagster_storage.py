@@ -24,6 +24,7 @@ PostgreSQL storage. The webserver and the daemon read the same files as before.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sqlite3
 from collections import OrderedDict
@@ -52,13 +53,16 @@ if TYPE_CHECKING:
 # The index database and the databases of the runs being written or read: a run writes its own
 # and the index, a sensor reads the index; older runs are read again only in the UI.
 KEPT_ENGINES = 8
+LOG = logging.getLogger(__name__)
 
 
 @functools.cache
 def migration_scripts() -> ScriptDirectory:
     """Dagster's event log migration scripts, as its SQLite storage configures them, parsed once
-    per process (alembic memoizes the parse on the instance)."""
-    return ScriptDirectory.from_config(get_alembic_config(sqlite_event_log.__file__))
+    per process: here, under the cache's own call, not lazily by whichever storage asks first."""
+    scripts = ScriptDirectory.from_config(get_alembic_config(sqlite_event_log.__file__))
+    scripts.get_current_head()  # alembic memoizes the parsed revisions on the instance
+    return scripts
 
 
 class PooledSqliteEventLogStorage(SqliteEventLogStorage):
@@ -126,19 +130,21 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         return found
 
     def _initdb(self, engine: Engine, for_index_shard: bool = False) -> None:
-        # A run's database that does not exist yet: Dagster's tables and its stamp at the head
-        # revision, as Dagster's `_initdb` writes them, with the scripts parsed once. Anything
-        # else (the index, an existing database, a database another process is creating at the
-        # same moment) is Dagster's own path, with its retries.
+        # A database file that does not exist yet (a new run's): Dagster's tables and its stamp
+        # at the head revision, as Dagster's `_initdb` writes them, with the scripts parsed once.
+        # An existing file (the index, an older run's), or a creation that failed (another
+        # process creating the same file at the same moment), takes Dagster's own path, with its
+        # retries.
         if not for_index_shard and self._create_run_database(engine):
             return
         super()._initdb(engine, for_index_shard=for_index_shard)
 
     def _create_run_database(self, engine: Engine) -> bool:
         """Create a new run database with Dagster's tables, its WAL journal and its stamp (the
-        journal set first: each table's creation then commits to the WAL). False if it was not
-        new, or its creation raced another process's: Dagster's `_initdb` then does it (a
-        database killed half-created has no stamp, and Dagster's path completes it)."""
+        journal set first: each table's creation then commits to the WAL). False if the file
+        existed, or the creation failed: Dagster's `_initdb` then does it, and raises what
+        fails there (a database killed half-created has no stamp, and that path completes it;
+        one another process created meanwhile is found complete)."""
         path = engine.url.database
         if not path or os.path.exists(path):
             return False
@@ -148,8 +154,9 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                 SqlEventLogStorageMetadata.create_all(conn)
                 MigrationContext.configure(conn).stamp(migration_scripts(), "head")
                 conn.commit()
-        except (db.exc.DatabaseError, sqlite3.DatabaseError):
-            return False  # not lost: Dagster's path raises it again if it was not a race
+        except (db.exc.DatabaseError, sqlite3.DatabaseError) as error:
+            LOG.info("%s: created by Dagster's own path after %s", path, error)
+            return False
         return True
 
     def _dispose_engines(self) -> None:

@@ -53,6 +53,11 @@ def test_cpu_dropout_keeps_each_element_with_probability_one_minus_p_scaled(p: f
 def test_cpu_dropout_is_the_identity_in_evaluation_and_at_zero() -> None:
     x = torch.randn(64, 16)
     assert torch.equal(Dropout(0.3).eval()(x), x)
+    # bf16 (rounded uniform draws would drop too often) takes torch's own path.
+    torch.manual_seed(0)
+    ours = Dropout(0.3)(x.bfloat16())
+    torch.manual_seed(0)
+    assert torch.equal(ours, torch.nn.functional.dropout(x.bfloat16(), 0.3))
     assert torch.equal(Dropout(0.0)(x), x)
     assert torch.equal(Dropout(1.0)(x), torch.zeros_like(x))
 
@@ -101,6 +106,27 @@ def test_fast_dev_run_logs_the_metrics(splits: dict[str, pd.DataFrame]) -> None:
     trainer.fit(module, datamodule=dm)
     for name in ("train/loss", "val/loss", "val/logloss", "val/auroc"):
         assert torch.isfinite(trainer.callback_metrics[name]), name
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_the_optimizer_is_fused_unless_lightning_clips_under_mixed_precision(
+    splits: dict[str, pd.DataFrame], precision: str
+) -> None:
+    # Lightning's mixed-precision plugin refuses to clip a fused optimizer's gradients.
+    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    module = build_module(dm, ModelConfig(width=32), TrainConfig())
+    trainer = L.Trainer(
+        fast_dev_run=True,
+        logger=False,
+        enable_progress_bar=False,
+        accelerator="cpu",
+        precision=precision,
+        gradient_clip_val=1.0,
+    )
+    trainer.fit(module, datamodule=dm)
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    fused = trainer.optimizers[0].defaults["fused"]
+    assert fused is (precision == "32-true")
 
 
 def test_checkpoint_alone_rebuilds_the_predictor(

@@ -139,12 +139,27 @@ def _layout(path: Path) -> tuple[list, list, list]:
         )
 
 
-def test_a_new_run_database_is_dagsters_own_tables_journal_and_stamp(tmp_path: Path) -> None:
+def test_a_new_run_database_is_dagsters_own_tables_journal_and_stamp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     for storage in (PooledSqliteEventLogStorage(str(ours)), SqliteEventLogStorage(str(theirs))):
         with storage.run_connection("r1"):
             pass
         storage.dispose()
+    # Ours never took Dagster's path for a new run's database.
+    dagsters = SqliteEventLogStorage._initdb
+
+    def only_the_index(self, engine, for_index_shard: bool = False) -> None:
+        assert Path(engine.url.database).name == "index.db"
+        dagsters(self, engine, for_index_shard)
+
+    monkeypatch.setattr(SqliteEventLogStorage, "_initdb", only_the_index)
+    again = PooledSqliteEventLogStorage(str(tmp_path / "again"))
+    with again.run_connection("r1"):
+        pass
+    again.dispose()
+    assert _layout(tmp_path / "again" / "r1.db") == _layout(theirs / "r1.db")
     assert _layout(ours / "r1.db") == _layout(theirs / "r1.db")
     assert _layout(ours / "r1.db")[1] == [(migration_scripts().get_current_head(),)]
     assert _layout(ours / "r1.db")[2] == [("wal",)]
@@ -189,3 +204,6 @@ def test_a_table_found_is_not_looked_up_again(home: Path, monkeypatch) -> None:
         for i in range(3):
             materialize(instance, f"run-{i}", "a")
         assert len(instance.fetch_materializations(dg.AssetKey("a"), limit=10).records) == 3
+        # Each table the asset events asked about was looked up once at most.
+        found = [name for name in calls if name != "no_such_table"]
+        assert len(found) == len(set(found))
