@@ -144,33 +144,43 @@ class LocalLabelStudio:
         """Install if needed, start on 127.0.0.1 unless it runs, wait until its API answers."""
         self.install()
         creds = self.credentials()
+        process: subprocess.Popen | None = None
         if self.pid() is None:
             if self.healthy():
                 raise LabelStudioServerError(
                     f"something else already answers on {self.url}: stop it or pick another port"
                 )
             self.data.mkdir(parents=True, exist_ok=True)
-            command = [
-                str(self.executable), "start", "--no-browser",
-                "--internal-host", "127.0.0.1", "--port", str(self.port),
-                "--data-dir", str(self.data),
-                "--username", creds.username, "--password", creds.password,
-                "--user-token", creds.token, "--enable-legacy-api-token",
-                "--log-level", "WARNING",
-            ]  # fmt: skip
+            command = self.command(creds)
             env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(self.data)}
             with self.log.open("ab") as out:
                 process = subprocess.Popen(
                     command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
                 )
             self.pid_file.write_text(str(process.pid))
-        self._wait(creds, timeout_s)
+        self._wait(creds, timeout_s, process)
         return creds
 
-    def _wait(self, creds: Credentials, timeout_s: float) -> None:
+    def command(self, creds: Credentials) -> list[str]:
+        """The `label-studio start` command line. The credentials are given as `--name=value`:
+        a generated password may begin with "-", which argparse takes for an option after a
+        separate `--password` (it did: the server printed its usage and exited)."""
+        return [
+            str(self.executable), "start", "--no-browser",
+            "--internal-host", "127.0.0.1", "--port", str(self.port),
+            "--data-dir", str(self.data),
+            f"--username={creds.username}", f"--password={creds.password}",
+            f"--user-token={creds.token}", "--enable-legacy-api-token",
+            "--log-level", "WARNING",
+        ]  # fmt: skip
+
+    def _wait(
+        self, creds: Credentials, timeout_s: float, process: subprocess.Popen | None = None
+    ) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.pid() is None:
+            # An exited child stays a zombie (its pid still answers) until it is waited for.
+            if self.pid() is None or (process is not None and process.poll() is not None):
                 raise LabelStudioServerError(
                     f"Label Studio exited while starting; its log: {self.log}\n{self._log_tail()}"
                 )
