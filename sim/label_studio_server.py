@@ -129,10 +129,10 @@ class LocalLabelStudio:
         """The server's process id, if it runs."""
         try:
             pid = int(self.pid_file.read_text())
-            os.kill(pid, 0)
-        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+            # _alive reaps an exited child of this process: its zombie's pid still answers.
+            return pid if _alive(pid) else None
+        except (FileNotFoundError, ValueError, PermissionError):
             return None
-        return pid
 
     def healthy(self) -> bool:
         try:
@@ -144,7 +144,6 @@ class LocalLabelStudio:
         """Install if needed, start on 127.0.0.1 unless it runs, wait until its API answers."""
         self.install()
         creds = self.credentials()
-        process: subprocess.Popen | None = None
         if self.pid() is None:
             if self.healthy():
                 raise LabelStudioServerError(
@@ -158,7 +157,7 @@ class LocalLabelStudio:
                     command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
                 )
             self.pid_file.write_text(str(process.pid))
-        self._wait(creds, timeout_s, process)
+        self._wait(creds, timeout_s)
         return creds
 
     def command(self, creds: Credentials) -> list[str]:
@@ -174,13 +173,10 @@ class LocalLabelStudio:
             "--log-level", "WARNING",
         ]  # fmt: skip
 
-    def _wait(
-        self, creds: Credentials, timeout_s: float, process: subprocess.Popen | None = None
-    ) -> None:
+    def _wait(self, creds: Credentials, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            # An exited child stays a zombie (its pid still answers) until it is waited for.
-            if self.pid() is None or (process is not None and process.poll() is not None):
+            if self.pid() is None:
                 raise LabelStudioServerError(
                     f"Label Studio exited while starting; its log: {self.log}\n{self._log_tail()}"
                 )
