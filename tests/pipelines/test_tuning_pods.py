@@ -229,21 +229,26 @@ def test_worker_pods_fetch_the_dataset_by_hash_and_a_killed_pod_loses_nothing(
     )
     config = replace(study_config, n_trials=6)
     create_study(config, max_epochs=1)
-    killed: list[int] = []
-    killer = threading.Thread(target=kill_worker_mid_trial, args=(config, 1, killed))
+    killed: list[tuple[int, int]] = []
+    done = threading.Event()
+    killer = threading.Thread(target=kill_worker_mid_trial, args=(config, killed, done))
     killer.start()
     # The step's own datamodule: built as each pod builds it from the fetched version.
     local = DvcDatasetStore(repo_dir=str(tmp_path / "step"), remote_url=str(remote))
     features = load_model_spec(load_task("flights")).features
     datamodule = datamodule_for(local.fetch(dvc_hash), features, 0)
 
-    result = tune(
-        datamodule, config, ModelConfig(), replace(ONE_EPOCH, max_epochs=4), launcher=launcher
-    )
-    killer.join()
+    try:
+        result = tune(
+            datamodule, config, ModelConfig(), replace(ONE_EPOCH, max_epochs=4), launcher=launcher
+        )
+    finally:
+        done.set()
+        killer.join()
 
-    assert len(killed) == 1, "the pod was never seen running a trial"
-    assert result.workers_lost == [1] and result.n_complete == 6 and result.n_failed == 1
+    assert len(killed) == 1, "no pod was ever seen running a trial"
+    ((_, victim),) = killed
+    assert result.workers_lost == [victim] and result.n_complete == 6 and result.n_failed == 1
     trials = create_study(config, max_epochs=1).get_trials()
     assert {t.user_attrs["worker"] for t in trials} == {0, 1}
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
