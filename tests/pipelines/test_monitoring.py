@@ -251,15 +251,27 @@ def decide(instance: dg.DagsterInstance, event_day: str, decision: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("trained", "decision", "skipped"),
+    ("trained", "decision", "skip"),
     [
-        ("2013-10-01", "promoted", True),  # the champion is 5 days old
-        ("2013-10-01", "rejected", False),  # the champion is older than that retraining
-        ("2013-09-29", "promoted", False),  # 7 days old: the cooldown is over
+        # the champion is 5 days old
+        (
+            "2013-10-01",
+            "promoted",
+            "the champion was trained on data up to 2013-10-01, within 7 days",
+        ),
+        # the champion (09-20) is older, but the gate rejected a challenger 5 days ago
+        (
+            "2013-10-01",
+            "rejected",
+            "a retraining on data up to 2013-10-01, within 7 days, kept the champion trained on "
+            "data up to 2013-09-20",
+        ),
+        ("2013-09-29", "promoted", None),  # 7 days old: the cooldown is over
+        ("2013-09-29", "rejected", None),  # and the rejected one's too
     ],
 )
-def test_weekly_schedule_waits_while_the_champion_is_within_the_cooldown(
-    triggers, trained: str, decision: str, skipped: bool
+def test_weekly_schedule_waits_while_the_champion_or_the_last_retraining_is_within_the_cooldown(
+    triggers, trained: str, decision: str, skip: str | None
 ) -> None:
     *_, schedule = triggers
     moment = datetime(2013, 10, 7, 4, tzinfo=UTC)  # its data up to Sunday 10-06
@@ -270,11 +282,43 @@ def test_weekly_schedule_waits_while_the_champion_is_within_the_cooldown(
         decide(instance, trained, decision)
         with dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx:
             data = schedule.evaluate_tick(ctx)
-    assert (not data.run_requests) is skipped
-    if skipped:
-        assert data.skip_message == (
-            f"the champion was trained on data up to {trained}, within 7 days"
+    if skip is None:
+        assert [r.tags["flywheel/event_day"] for r in data.run_requests] == ["2013-10-06"]
+    else:
+        assert not data.run_requests
+        assert data.skip_message == skip
+
+
+def test_weekly_schedule_retries_within_the_cooldown_while_there_is_no_champion(triggers) -> None:
+    """The first model was rejected (it did not beat the baselines' floor): nothing scores
+    production, so the next tick tries again whenever the last attempt was."""
+    *_, schedule = triggers
+    moment = datetime(2013, 10, 7, 4, tzinfo=UTC)
+    with dg.instance_for_test() as instance:
+        add_retraining(instance, "2013-10-05", trigger="bootstrap")
+        decide(instance, "2013-10-05", "rejected")
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx:
+            data = schedule.evaluate_tick(ctx)
+    assert [r.tags["flywheel/event_day"] for r in data.run_requests] == ["2013-10-06"]
+
+
+def test_weekly_schedule_counts_no_failed_retraining(triggers) -> None:
+    *_, schedule = triggers
+    moment = datetime(2013, 10, 7, 4, tzinfo=UTC)
+    with dg.instance_for_test() as instance:
+        add_retraining(instance, "2013-09-20")
+        decide(instance, "2013-09-20", "promoted")
+        instance.add_run(
+            dg.DagsterRun(
+                job_name="retraining_job",
+                run_id="failed-2013-10-03",
+                status=dg.DagsterRunStatus.FAILURE,
+                tags={"flywheel/event_day": "2013-10-03", "flywheel/trigger": "drift"},
+            )
         )
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx:
+            data = schedule.evaluate_tick(ctx)
+    assert [r.tags["flywheel/event_day"] for r in data.run_requests] == ["2013-10-06"]
 
 
 def import_labels(instance: dg.DagsterInstance, day: str) -> None:

@@ -5,8 +5,10 @@ monitored day whose materialization says it crossed a threshold (the assets appl
 policy); each event gives at most one run (its run key). The two sensors share one cooldown:
 after either asked for a retraining, neither asks again for `cooldown_days` of monitored days,
 so a drift that persists, or a drift and the decay it causes, do not retrain every day. The
-weekly schedule is the floor: it retrains unless the champion was trained on data up to a day
-within the last `cooldown_days`.
+weekly schedule is the floor: at least one retraining a week. It waits while the champion was
+trained on data up to a day within the last `cooldown_days`, and, once there is a champion,
+while any retraining was: a challenger the gate rejected yesterday is not tried again today on
+one more day of labels.
 No trigger asks while a retraining covers the day, nor before a label came in since the last
 one.
 """
@@ -45,13 +47,16 @@ def in_cooldown(day: str, last_trigger_day: str | None, cooldown_days: int) -> b
     )
 
 
-def last_alarm_day(instance: dg.DagsterInstance, job_name: str) -> str | None:
-    """The newest event day of the retraining runs a sensor asked for that did not fail."""
+def last_retraining_day(
+    instance: dg.DagsterInstance, job_name: str, triggers: tuple[str, ...] | None = None
+) -> str | None:
+    """The newest event day of the retraining runs that did not fail, of those `triggers` asked
+    for (None: whatever asked for them), whatever the gate decided."""
     days = [
         record.dagster_run.tags.get(EVENT_DAY_TAG, "")
         for record in instance.get_run_records(dg.RunsFilter(job_name=job_name), limit=50)
         if record.dagster_run.status != dg.DagsterRunStatus.FAILURE
-        and record.dagster_run.tags.get(TRIGGER_TAG) in ALARM_TRIGGERS
+        and (triggers is None or record.dagster_run.tags.get(TRIGGER_TAG) in triggers)
     ]
     return max(filter(None, days), default=None)
 
@@ -116,7 +121,7 @@ def _event_sensor(
             ascending=True,
         ).records
         # The cooldown the sensors share: this sensor's last request, or the other's last run.
-        alarms = last_alarm_day(context.instance, job.name)
+        alarms = last_retraining_day(context.instance, job.name, ALARM_TRIGGERS)
         last_day = max(filter(None, (last_day, alarms)), default=None)
         requests = []
         for record in records:
@@ -165,7 +170,8 @@ def build_monitoring_triggers(
     """`drift_sensor`, `performance_sensor` (evaluated every `interval_s` seconds at least,
     default 60) and `retraining_schedule`, all requesting `job`; none asks again before the imported
     `labels` asset was materialized since the last retraining started, and the schedule waits
-    while the newest promotion recorded by the `champion` asset is within the cooldown."""
+    while the newest promotion recorded by the `champion` asset is within the cooldown, or, once
+    there is a champion, any retraining is."""
     drift = _event_sensor(
         "drift_sensor",
         dg.AssetKey("feature_drift"),
@@ -198,7 +204,9 @@ def build_monitoring_triggers(
         context: dg.ScheduleEvaluationContext,
     ) -> dg.RunRequest | dg.SkipReason:
         """One retraining per week, keyed by its scheduled time; skipped when a retraining
-        already trained on the same days, or the champion on days within the cooldown."""
+        already trained on the same days, when the champion was trained on days within the
+        cooldown, or when there is a champion and any retraining was (the gate rejected it: one
+        more day of labels would mostly draw the same challenger again)."""
         moment = context.scheduled_execution_time
         day = (moment.date() - timedelta(days=1)).isoformat()
         if covered := covering_run(context.instance, job.name, day):
@@ -208,6 +216,12 @@ def build_monitoring_triggers(
             return dg.SkipReason(
                 f"the champion was trained on data up to {trained}, within "
                 f"{policy.cooldown_days} days"
+            )
+        attempted = last_retraining_day(context.instance, job.name)
+        if trained is not None and in_cooldown(day, attempted, policy.cooldown_days):
+            return dg.SkipReason(
+                f"a retraining on data up to {attempted}, within {policy.cooldown_days} days, "
+                f"kept the champion trained on data up to {trained}"
             )
         if seen := labels_seen_by(context.instance, job.name, labels):
             return dg.SkipReason(f"no label came in since run {seen}")
