@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ml.baselines import evaluate_baselines
+from ml.baselines import FittedBaselines, evaluate_baselines, fit_baselines
 from ml.callbacks import MetricHistory
 from ml.config import ModelConfig, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
@@ -20,7 +20,8 @@ VALIDATION_METRICS = ("val/auroc", "val/logloss")
 @dataclass
 class Challenger:
     """The tuned model, fitted once more on train and validation: its checkpoint, its configs,
-    and the validation scores it was chosen on beside the baselines'."""
+    and the validation scores it was chosen on beside the baselines' (``fitted_baselines``,
+    fitted on the train split, score the test split in the evaluation without a second fit)."""
 
     tuning: TuneResult
     fit: TrainResult
@@ -29,6 +30,7 @@ class Challenger:
     train_config: TrainConfig
     metrics: dict[str, float]
     baselines: dict[str, dict[str, float]]
+    fitted_baselines: FittedBaselines
 
 
 def configs_from_params(
@@ -88,6 +90,7 @@ def fit_challenger(
     if not checkpoint.exists():
         raise RuntimeError(f"the final fit of trial {tuning.best_trial} wrote no checkpoint")
     metrics = {k.removeprefix("val/"): v for k, v in chosen.items() if k in VALIDATION_METRICS}
+    fitted = fit_baselines(datamodule, seed=train_config.seed)
     return Challenger(
         tuning=tuning,
         fit=fit,
@@ -95,5 +98,6 @@ def fit_challenger(
         model_config=best_model,
         train_config=best_train,
         metrics=metrics,
-        baselines=evaluate_baselines(datamodule, "val", seed=train_config.seed),
+        baselines=evaluate_baselines(datamodule, "val", fitted=fitted),
+        fitted_baselines=fitted,
     )

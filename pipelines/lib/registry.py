@@ -20,8 +20,13 @@ from pipelines.lib.tracking import MlflowTracker, process_wide_store
 if TYPE_CHECKING:
     import mlflow.pyfunc
 
+    from ml.baselines import FittedBaselines
+
 CHAMPION = "champion"
 PROFILE_ARTIFACT = "monitoring/reference_profile.json"
+# The baselines a challenger's training fitted on its train split (a pickle of
+# ml.baselines.FittedBaselines), which its evaluation scores the test split with.
+BASELINES_ARTIFACT = "baselines/fitted_baselines.pkl"
 
 
 class NoChampionError(LookupError):
@@ -142,11 +147,35 @@ def read_json(tracker: MlflowTracker, run_id: str, artifact_file: str) -> dict:
 
 def log_png(tracker: MlflowTracker, run_id: str, png: bytes, artifact_file: str) -> None:
     """Store a PNG image as an artifact of a run."""
+    log_bytes(tracker, run_id, png, artifact_file)
+
+
+def log_bytes(tracker: MlflowTracker, run_id: str, data: bytes, artifact_file: str) -> None:
+    """Store bytes as an artifact file of a run."""
     artifact = Path(artifact_file)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / artifact.name
-        path.write_bytes(png)
+        path.write_bytes(data)
         tracker.client().log_artifact(run_id, str(path), str(artifact.parent) or None)
+
+
+def log_baselines(tracker: MlflowTracker, run_id: str, baselines: FittedBaselines) -> None:
+    """Keep the baselines a challenger's training fitted with its run."""
+    log_bytes(tracker, run_id, baselines.dumps(), BASELINES_ARTIFACT)
+
+
+def read_baselines(tracker: MlflowTracker, run_id: str) -> FittedBaselines | None:
+    """The baselines a training run kept, or None if it kept none (a run of an older
+    version of the project)."""
+    from ml.baselines import FittedBaselines
+
+    folder, name = BASELINES_ARTIFACT.rsplit("/", 1)
+    stored = {Path(a.path).name for a in tracker.client().list_artifacts(run_id, folder)}
+    if name not in stored:
+        return None
+    with tempfile.TemporaryDirectory() as local:
+        path = tracker.client().download_artifacts(run_id, BASELINES_ARTIFACT, local)
+        return FittedBaselines.loads(Path(path).read_bytes())
 
 
 def load_model(tracker: MlflowTracker, version: ModelVersion) -> mlflow.pyfunc.PyFuncModel:

@@ -1,5 +1,7 @@
 """Baselines are scored on the datamodule's own split and preprocessing."""
 
+import pickle
+
 import pandas as pd
 import pytest
 
@@ -34,3 +36,29 @@ def test_unknown_split_is_an_error(splits: dict[str, pd.DataFrame]) -> None:
     dm = TabularDataModule(splits["train"], splits["val"])
     with pytest.raises(KeyError):
         evaluate_baselines(dm, split="test")
+
+
+def test_fitted_baselines_score_frames_after_a_pickle_round_trip(
+    splits: dict[str, pd.DataFrame],
+) -> None:
+    """What the challenger's run keeps scores any frame as a fit on the same split does."""
+    dm = TabularDataModule(splits["train"], splits["val"])
+    fitted = baselines.fit_baselines(dm, seed=0)
+    kept = baselines.FittedBaselines.loads(fitted.dumps())
+    expected = baseline_predictions(dm, "val")
+    for scores in (kept.predict_frame(splits["val"]), kept.predict_split(dm, "val")):
+        assert set(scores) == set(expected)
+        for name, probs in expected.items():
+            assert (scores[name] == probs).all(), name
+    assert evaluate_baselines(dm, "val", fitted=kept) == evaluate_baselines(dm, "val")
+
+
+def test_fitted_baselines_refuse_data_preprocessed_otherwise(
+    splits: dict[str, pd.DataFrame],
+) -> None:
+    fitted = baselines.fit_baselines(TabularDataModule(splits["train"], splits["val"]))
+    other = TabularDataModule(splits["val"], splits["train"])
+    with pytest.raises(ValueError, match="another preprocessing"):
+        fitted.predict_split(other, "val")
+    with pytest.raises(TypeError, match="FittedBaselines, got dict"):
+        baselines.FittedBaselines.loads(pickle.dumps({"not": "baselines"}))

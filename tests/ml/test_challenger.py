@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
+from ml.baselines import evaluate_baselines
 from ml.challenger import configs_from_params, fit_challenger
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
@@ -49,6 +50,9 @@ def test_the_challenger_is_the_best_trial_fitted_on_train_and_validation(
     rows = len(splits["train"]) + len(splits["val"])
     assert challenger.fit.optimizer_steps == epochs * math.ceil(rows / 512)
     assert set(challenger.baselines) == {"logistic_regression", "hist_gradient_boosting"}
+    # Its baselines are fitted once, on the train split, and score validation as a fit does.
+    assert challenger.baselines == evaluate_baselines(datamodule, "val", seed=train.seed)
+    assert challenger.fitted_baselines.preprocessor == datamodule.preprocessor
     # The registered model is the last epoch's, as trained (not the best on rows it learned).
     final = torch.load(challenger.checkpoint, weights_only=False)
     assert final["epoch"] == epochs - 1

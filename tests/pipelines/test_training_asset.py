@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
@@ -94,7 +95,11 @@ def materialize(
 
 
 def test_challenger_is_tuned_tracked_and_registered(
-    instance: dg.DagsterInstance, tracker: MlflowTracker, store: DvcDatasetStore, tmp_path: Path
+    instance: dg.DagsterInstance,
+    tracker: MlflowTracker,
+    store: DvcDatasetStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     dvc_hash = record_dataset(instance, store)
     process_store = os.environ.get("MLFLOW_TRACKING_URI")
@@ -141,6 +146,7 @@ def test_challenger_is_tuned_tracked_and_registered(
     assert parent.data.params["batch_size"] == "47"
     version = client.get_model_version(MODEL, "1")
     assert version.run_id == parent.info.run_id
+    kept_baselines_score_the_evaluation(instance, store, tracker, version, monkeypatch)
 
 
 def test_the_step_tunes_with_worker_processes_on_an_rdb_study(
@@ -222,3 +228,62 @@ def test_stores_follow_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
     assert prod.tracking_uri == "https://mlflow.example.com" and prod.artifact_location is None
     studies = tuning_storage("prod", tmp_path).process_config_and_initialize()
     assert studies.for_study("flights-abc") == database
+
+
+def kept_baselines_score_the_evaluation(
+    instance: dg.DagsterInstance,
+    store: DvcDatasetStore,
+    tracker: MlflowTracker,
+    version: object,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The training run keeps its fitted baselines; the evaluation of the same dataset scores
+    the test split with them, exactly as baselines fitted again on the same train split would,
+    without fitting. Another dataset's evaluation, or a run that kept none, fits them."""
+    import pandas as pd
+
+    from ml import baselines
+    from ml.baselines import fit_baselines
+    from ml.data import TabularDataModule
+    from pipelines.defs.evaluation.report import baseline_scores
+    from pipelines.defs.training.assets import latest_dataset
+    from pipelines.lib.registry import model_version, read_baselines
+
+    dataset = latest_dataset(instance, store)
+    frames = {s: pd.read_parquet(dataset.split(s)) for s in ("train", "validation", "test")}
+    test = frames["test"]
+    refitted = TabularDataModule(frames["train"], frames["validation"], test, seed=0)
+    expected = baselines.baseline_predictions(refitted, "test")
+    assert read_baselines(tracker, version.run_id) is not None
+    challenger = model_version(tracker, MODEL, 1)
+
+    def no_fit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the evaluation fitted the baselines again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(baselines, "fit_baselines", no_fit)
+        kept = baseline_scores(
+            tracker, FeatureConfig(), challenger, dataset.dvc_hash, frames, test, seed=0
+        )
+    assert set(kept) == set(expected)
+    for name, scores in expected.items():
+        assert (kept[name] == scores).all(), name
+
+    # Evaluated on another dataset's splits, the kept baselines would be another train split's.
+    with monkeypatch.context() as patch:
+        fits = []
+        patch.setattr(
+            baselines, "fit_baselines", lambda *a, **k: fits.append(1) or fit_baselines(*a, **k)
+        )
+        baseline_scores(tracker, FeatureConfig(), challenger, "another", frames, test, seed=0)
+    assert fits == [1]
+    # A run that kept none (one of an older version): the evaluation fits them itself.
+    with tracker.start_run(run_name="older", tags={"dataset.dvc_hash": dataset.dvc_hash}) as older:
+        pass
+    assert read_baselines(tracker, older.info.run_id) is None
+    unkept = replace(challenger, run_id=older.info.run_id)
+    fitted = baseline_scores(
+        tracker, FeatureConfig(), unkept, dataset.dvc_hash, frames, test, seed=0
+    )
+    for name, scores in expected.items():
+        assert (fitted[name] == scores).all(), name

@@ -12,13 +12,21 @@ import numpy as np
 import pandas as pd
 
 from pipelines.labeling.selection import REASON_COLUMN, UNIFORM_REASONS
-from pipelines.lib.registry import PROFILE_ARTIFACT, ModelVersion, load_model, log_json, log_png
+from pipelines.lib.registry import (
+    PROFILE_ARTIFACT,
+    ModelVersion,
+    load_model,
+    log_json,
+    log_png,
+    read_baselines,
+)
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import Warehouse
 from pipelines.model_spec import ModelSpec
 from pipelines.policy import PromotionPolicy
 
 if TYPE_CHECKING:
+    from ml.config import FeatureConfig
     from ml.evaluation import Evaluation
     from pipelines.defs.training.assets import TrainingDataset
 
@@ -97,10 +105,10 @@ def evaluate_challenger(
     policy: PromotionPolicy,
     seed: int = 0,
 ) -> ChallengerEvaluation:
-    """Score the dataset's test split with the challenger, the champion and refitted baselines,
-    and compare them overall, by slice and (challenger vs champion) with paired bootstraps."""
-    from ml.baselines import baseline_predictions
-    from ml.data import TabularDataModule
+    """Score the dataset's test split with the challenger, the champion and the baselines, and
+    compare them overall, by slice and (challenger vs champion) with paired bootstraps. The
+    baselines are those the challenger's training fitted on the same train split; they are
+    fitted here only for a challenger whose run kept none."""
     from ml.evaluation import evaluate_models
 
     frames = {s: pd.read_parquet(dataset.split(s)) for s in ("train", "validation", "test")}
@@ -108,10 +116,9 @@ def evaluate_challenger(
     predictions = {"challenger": _scores(tracker, spec, challenger, test)}
     if champion is not None:
         predictions["champion"] = _scores(tracker, spec, champion, test)
-    datamodule = TabularDataModule(
-        frames["train"], frames["validation"], test, features=spec.features, seed=seed
+    predictions |= baseline_scores(
+        tracker, spec.features, challenger, dataset.dvc_hash, frames, test, seed
     )
-    predictions |= baseline_predictions(datamodule, "test", seed)
     label = spec.label
     evaluation = evaluate_models(
         test,
@@ -134,6 +141,32 @@ def evaluate_challenger(
         sample=sample,
         plots=plots(labels, predictions, evaluation),
     )
+
+
+def baseline_scores(
+    tracker: MlflowTracker,
+    features: FeatureConfig,
+    challenger: ModelVersion,
+    dataset_hash: str,
+    frames: dict[str, pd.DataFrame],
+    test: pd.DataFrame,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """The baselines' scores on `test`: those the challenger's training fitted and kept with its
+    run when it trained on this dataset (`dataset_hash`, whose splits are `frames`); otherwise
+    (a run that kept none, or an evaluation of another dataset) fitted on its train split now."""
+    run = tracker.client().get_run(challenger.run_id)
+    if run.data.tags.get("dataset.dvc_hash") == dataset_hash:
+        fitted = read_baselines(tracker, challenger.run_id)
+        if fitted is not None:
+            return fitted.predict_frame(test)
+    from ml.baselines import baseline_predictions
+    from ml.data import TabularDataModule
+
+    datamodule = TabularDataModule(
+        frames["train"], frames["validation"], test, features=features, seed=seed
+    )
+    return baseline_predictions(datamodule, "test", seed)
 
 
 def plots(

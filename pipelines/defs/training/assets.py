@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from ml.config import FeatureConfig, ModelConfig, TrainConfig, TuneConfig
 from pipelines.lib.datasets import DvcDatasetStore
+from pipelines.lib.registry import log_baselines
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
 from pipelines.lib.tuning_workers import DatasetRef, TuningWorkers, datamodule_for
 
@@ -220,5 +221,6 @@ def log_challenger(
     ]
     tracker.log_metrics(run_id, val | baselines | tuning, curve)
     examples = next(pq.ParquetFile(dataset.split("validation")).iter_batches(5)).to_pandas()
+    log_baselines(tracker, run_id, challenger.fitted_baselines)
     info = log_model(challenger.checkpoint, examples, registered, features)
     return int(info.registered_model_version)
