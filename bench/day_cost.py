@@ -52,6 +52,13 @@ def checkout(ref: str, into: Path) -> Path:
     return tree
 
 
+def remove_checkout(into: Path) -> None:
+    """Remove the worktree `checkout` made under `into`."""
+    subprocess.run(
+        ["git", "worktree", "remove", "--force", str(into / "tree")], cwd=REPO, check=False
+    )
+
+
 def play(code: Path, home: Path, args: argparse.Namespace) -> tuple[float, dict[str, float]]:
     """Play the days with the code under `code` in a fresh `home`; (wall s, each day's wall s)."""
     from bench.drift_to_promotion import fresh_home
@@ -186,11 +193,7 @@ def main() -> int:
             results.append((name, wall, days, breakdown(home)))
     finally:
         if args.before:
-            subprocess.run(
-                ["git", "worktree", "remove", "--force", str(work / "before" / "tree")],
-                cwd=REPO,
-                check=False,
-            )
+            remove_checkout(work / "before")
     means = [summarize(*result) for result in results]
     if len(means) == 2 and means[1]["per day"]:
         print(f"\nper-day cost cut {means[0]['per day'] / means[1]['per day']:.1f}x")

@@ -117,6 +117,36 @@ def test_daily_checks_test_the_window_and_name_each_broken_condition(tmp_path):
     assert failures == [("range(scheduled_hour: scheduled_hour >= 0 and scheduled_hour <= 23)", 1)]
 
 
+def test_a_window_on_the_flights_view_ranks_only_the_window_s_rows(tmp_path):
+    """`stg_landing__flights` keeps each flight's latest ingested version by ranking its rows; a
+    filter on flight_date (every daily test's and model's) must reach below that ranking, or
+    each of them ranks every flight ever landed (about 60 ms a test by December)."""
+    warehouse, env = empty_warehouse(tmp_path)
+    row = (
+        "(2013, 1, {day}, 1200, 1500, 'UA', 1545, '{tail}', 'EWR', 'IAH', 1400.0, 12, 0, "
+        "timestamp '2013-01-0{day} 17:00:00', date '2013-01-0{day}', 'flights/2013-01-0{day}.csv',"
+        " 1, timestamp '2013-01-0{day} {at}:00:00')"
+    )
+    with duckdb.connect(str(warehouse)) as con:
+        rows = [
+            row.format(day=1, tail="N0LD", at=20),
+            row.format(day=1, tail="N14228", at=23),  # the same flight, ingested again
+            row.format(day=2, tail="N14228", at=23),
+        ]
+        con.execute(f"insert into raw.flights values {', '.join(rows)}")
+    view = dbt_command(env, "run", "--select", "stg_landing__flights")
+    assert view.returncode == 0, view.stdout[-3000:]
+    window = "flight_date >= date '2013-01-01' and flight_date < date '2013-01-02'"
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        kept = con.execute(f"select flight_id, tailnum from stg_landing__flights where {window}")
+        assert kept.fetchall() == [("2013-01-01_UA1545_EWR", "N14228")]
+        plan = con.execute(f"explain select * from stg_landing__flights where {window}").fetchall()
+    text = plan[0][1]
+    ranking = text.index("row_number()")
+    # The plan prints from the output down to the scan: the date filter below the ranking.
+    assert "2013-01-01" in text[ranking:], text
+
+
 def test_dbt_in_process_releases_the_warehouse_and_reports_a_lock_it_met(tmp_path, monkeypatch):
     from pipelines.lib.dbt import FlywheelDbtCliResource, InProcessDbt, dbt_executable
 

@@ -4,17 +4,23 @@ with
 
 source as (
 
-    select * from {{ source('landing', 'flights') }}
+    select
+        {{ date_from_parts('year', 'month', 'day') }} as flight_date,
+        *
+    from {{ source('landing', 'flights') }}
 
 ),
 
 ranked as (
 
-    -- a flight re-ingested (e.g. its landing day replaced) keeps only its latest version
+    -- a flight re-ingested (e.g. its landing day replaced) keeps only its latest version. Ranked
+    -- within its flight_date (the same partitions as year, month, day): a filter on flight_date
+    -- then reaches below the ranking, and a day's tests and models rank that day's rows, not
+    -- every row ever landed.
     select
         *,
         row_number() over (
-            partition by year, month, day, carrier, flight, origin
+            partition by flight_date, carrier, flight, origin
             order by _ingested_at desc, _source_line desc
         ) as ingestion_rank
     from source
@@ -24,7 +30,7 @@ ranked as (
 latest as (
 
     select
-        {{ date_from_parts('year', 'month', 'day') }} as flight_date,
+        flight_date,
         carrier,
         flight as flight_number,
         tailnum,
