@@ -84,6 +84,30 @@ def parse_label_studio_export(
     return _frames(accepted, rejected, spec)
 
 
+def task_ids_named(data: bytes) -> set[str]:
+    """The task ids an export's items name (``data.task_id`` strings) that a warehouse could
+    hold: the tasks whose state its import looks up. An unreadable file or item names none, nor
+    does a string no warehouse stores (a lone surrogate, a NUL character); parsing reports those
+    as unknown tasks. Never raises on bad content."""
+    items, _ = _load_items(data)
+    named = set()
+    for item in items:
+        fields = item.get("data") if isinstance(item, dict) else None
+        task_id = fields.get("task_id") if isinstance(fields, dict) else None
+        if isinstance(task_id, str) and _storable(task_id):
+            named.add(task_id)
+    return named
+
+
+def _storable(text: str) -> bool:
+    """Whether every warehouse backend can store and compare `text` (UTF-8, no NUL)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
 def _load_items(data: bytes) -> tuple[list[Any], str | None]:
     """The items of an export file, or why the whole file is unreadable and where."""
     try:

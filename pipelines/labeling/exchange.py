@@ -22,6 +22,7 @@ from pipelines.labeling import (
     parse_label_studio_export,
     select_for_labeling,
 )
+from pipelines.labeling.annotations import task_ids_named
 from pipelines.lib.label_exchange import LabelExchange
 from pipelines.lib.warehouse import WarehouseConnection, replace_rows
 from pipelines.model_spec import ModelSpec
@@ -49,6 +50,10 @@ class ImportReport:
     accepted: int
     rejected: int
     reasons: dict[str, int]
+
+
+# Task ids per lookup query of a label import (PostgreSQL binds at most 65,535 parameters).
+LOOKUP_CHUNK = 1000
 
 
 def _now() -> datetime:
@@ -153,25 +158,37 @@ def import_day(
     labeling: LabelingSpec,
     day: str,
 ) -> ImportReport:
-    """Validate every document delivered on `day` and replace that day's labels and quarantine."""
+    """Validate every document delivered on `day` and replace that day's labels and quarantine.
+
+    Only the tasks the deliveries name are read from the warehouse (their export and any label
+    from another delivery day): a day's import costs what it delivered, not every task ever
+    exported."""
     labels = f"{RAW_SCHEMA}.{task.labels_table}"
     tasks = f"{RAW_SCHEMA}.{task.label_tasks_table}"
-    elsewhere = con.execute(
-        f"select task_id, 'annotation ' || annotation_id || ' in ' || source_file as origin "
-        f"from {labels} where _delivery_date <> ?",
-        [day],
-    ).df()
-    already: dict[str, str] = dict(zip(elsewhere.task_id, elsewhere.origin, strict=True))
-    exported = con.execute(
-        f"select task_id, {labeling.example_id} as example_id, _landing_date from {tasks}"
-    ).df()
-    awaiting = {
-        t: e for t, e in zip(exported.task_id, exported.example_id, strict=True) if t not in already
-    }
     # Only the newest delivery day may still receive deliveries; an older day's are final.
-    newest = exported._landing_date.max() if len(exported) else None
+    newest = con.execute(f"select max(_landing_date) from {tasks}").fetchone()
+    newest = newest[0] if newest else None
     today = newest is None or pd.isna(newest) or pd.Timestamp(day) >= pd.Timestamp(newest)
     deliveries = exchange.deliveries(day, today=today)
+    named = sorted(set().union(*(task_ids_named(d.data) for d in deliveries)))
+    already: dict[str, str] = {}
+    exported: dict[str, str] = {}
+    for start in range(0, len(named), LOOKUP_CHUNK):
+        chunk = named[start : start + LOOKUP_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        elsewhere = con.execute(
+            f"select task_id, 'annotation ' || annotation_id || ' in ' || source_file as origin "
+            f"from {labels} where _delivery_date <> ? and task_id in ({marks})",
+            [day, *chunk],
+        ).df()
+        already.update(zip(elsewhere.task_id, elsewhere.origin, strict=True))
+        found = con.execute(
+            f"select task_id, {labeling.example_id} as example_id from {tasks} "
+            f"where task_id in ({marks})",
+            chunk,
+        ).df()
+        exported.update(zip(found.task_id, found.example_id, strict=True))
+    awaiting = {t: e for t, e in exported.items() if t not in already}
     accepted, rejected = [], []
     for delivery in deliveries:
         key = delivery.key

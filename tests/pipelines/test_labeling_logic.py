@@ -424,3 +424,23 @@ def test_an_integer_beyond_the_json_codec_limit_is_one_rejected_row():
     assert accepted.empty
     (reason,) = rejected["reason"]
     assert reason.startswith("unreadable JSON: Exceeds the limit (4300 digits)")
+
+
+def test_an_export_names_only_the_task_ids_a_warehouse_can_hold() -> None:
+    """What a label import looks up in the warehouse: never raises, whatever the bytes."""
+    from pipelines.labeling.annotations import task_ids_named
+
+    export = json.dumps(
+        [
+            {"data": {"task_id": "t1"}},
+            {"data": {"task_id": "t2"}, "annotations": []},
+            {"data": {"task_id": "\ud800"}},  # a lone surrogate: no UTF-8 text holds it
+            {"data": {"task_id": "t\x003"}},  # PostgreSQL's text holds no NUL
+            {"data": {"task_id": 4}},
+            {"data": ["t5"]},
+            "t6",
+        ]
+    ).encode()
+    assert task_ids_named(export) == {"t1", "t2"}
+    for unreadable in (b"", b"{", b"\xff\xfe", b'{"data": {"task_id": "t1"}}', b"[" * 100_000):
+        assert task_ids_named(unreadable) == set()
