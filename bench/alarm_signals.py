@@ -7,11 +7,14 @@ judges it (sim.alarms: its challenger's production AUC over the 14 days after it
 minus the champion's). Beside it, what the drift sensor saw that day (`monitoring_feature_drift`:
 the PSI and KS of each feature, and the PSI of the champion's scores, against the champion's
 training data): how many features drifted, the largest and the mean PSI, the largest KS, the
-scores' PSI, each feature's PSI, and the champion's age. For each signal it prints Spearman's rho
-with the gain, the signal's AUC at telling the retrainings that gained `sim.alarms.WORTH` or
-more, and the precision of an alarm that fires on the signal's top third. With a few dozen
-retrainings some signal always looks good by chance, so the best one is set against the best of
-the same signals with the gains shuffled (a permutation test over all signals at once).
+scores' PSI, each feature's PSI, and the champion's age. And the champion's AUC estimated from
+its own scores, with no label (confidence-based performance estimation:
+`ml.metrics.expected_auroc`), on the monitoring window up to the event day, and its fall from
+the champion's first week of scores. For each signal it prints Spearman's rho with the gain, the
+signal's AUC at telling the retrainings that gained `sim.alarms.WORTH` or more, and the
+precision of an alarm that fires on the signal's top third. With a few dozen retrainings some
+signal always looks good by chance, so the best one is set against the best of the same signals
+with the gains shuffled (a permutation test over all signals at once).
 """
 
 from __future__ import annotations
@@ -26,11 +29,22 @@ import pandas as pd
 
 from ml.metrics import auroc
 
-SUMMARIES = ["drifted_features", "max_psi", "mean_psi", "max_ks", "prediction_psi", "age_days"]
+SUMMARIES = [
+    "drifted_features",
+    "max_psi",
+    "mean_psi",
+    "max_ks",
+    "prediction_psi",
+    "age_days",
+    "estimated_auc",
+    "estimated_auc_fall",
+]
+MIN_SCORED = 1000  # fewer of the champion's scores in a window: no estimate
 
 
-def judged_retrainings(home: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The run's retrainings judged by the report's rules, and its daily drift table."""
+def judged_retrainings(home: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The run's retrainings judged by the report's rules, its daily drift table and its
+    production scores (flight date, probability, model version)."""
     os.environ.update(FLYWHEEL_HOME=str(home), DAGSTER_HOME=str(home / "dagster"))
     os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
     import dagster as dg
@@ -50,21 +64,47 @@ def judged_retrainings(home: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         report = write_report(
             defs, instance, task, (production_start, played), static, Path(out), [], baselines=False
         )
-    drift = resource(defs, "warehouse").query(
+    from pipelines.model_spec import load_model_spec
+
+    spec = load_model_spec(load_task())
+    warehouse = resource(defs, "warehouse")
+    drift = warehouse.query(
         "select monitored_on, feature, kind, psi, ks, is_drifted from monitoring_feature_drift"
     )
-    return report.retrainings, drift
+    scores = warehouse.query(
+        f"select {spec.time_column} as scored_day, probability, model_version "
+        f"from {spec.predictions_table}"
+    )
+    return report.retrainings, drift, scores
 
 
-def signals(runs: pd.DataFrame, drift: pd.DataFrame) -> pd.DataFrame:
-    """A row per judged retraining: its gain and what the drift sensor saw on its event day."""
+def estimated_auc(scores: pd.DataFrame, version: int, first: str, last: str) -> float:
+    """`version`'s label-free AUC estimate on its scores of the days `first`..`last`."""
+    from ml.metrics import expected_auroc
+
+    days = scores.scored_day.astype(str)
+    window = scores[(scores.model_version == version) & days.between(first, last)]
+    return expected_auroc(window.probability) if len(window) >= MIN_SCORED else np.nan
+
+
+def shifted(day: str, days: int) -> str:
+    return str((pd.Timestamp(day) + pd.Timedelta(days=days)).date())
+
+
+def signals(
+    runs: pd.DataFrame, drift: pd.DataFrame, scores: pd.DataFrame, window_days: int = 7
+) -> pd.DataFrame:
+    """A row per judged retraining: its gain, what the drift sensor saw on its event day and
+    the champion's estimated AUC on the `window_days` before it."""
     drift = drift.assign(monitored_on=pd.to_datetime(drift.monitored_on).dt.date.astype(str))
+    scores = scores.assign(scored_day=pd.to_datetime(scores.scored_day).dt.date.astype(str))
+    first_scored = scores.groupby("model_version").scored_day.min().to_dict()
     judged = runs[runs.gain.notna() & (runs.trigger != "bootstrap")].copy()
     trained_on = runs.set_index("version").event_day.to_dict()
     rows = []
     for run in judged.itertuples():
         day = drift[drift.monitored_on == run.event_day]
-        features, scores = day[day.kind != "prediction"], day[day.kind == "prediction"]
+        features, prediction = day[day.kind != "prediction"], day[day.kind == "prediction"]
         row = {
             "event_day": run.event_day,
             "trigger": run.trigger,
@@ -73,13 +113,21 @@ def signals(runs: pd.DataFrame, drift: pd.DataFrame) -> pd.DataFrame:
             "max_psi": features.psi.max(),
             "mean_psi": features.psi.mean(),
             "max_ks": features.ks.max(),
-            "prediction_psi": scores.psi.iloc[0] if len(scores) else np.nan,
+            "prediction_psi": prediction.psi.iloc[0] if len(prediction) else np.nan,
             "age_days": (
                 pd.Timestamp(run.event_day) - pd.Timestamp(trained_on[int(run.champion)])
             ).days
             if pd.notna(run.champion) and int(run.champion) in trained_on
             else np.nan,
         }
+        if pd.notna(run.champion) and int(run.champion) in first_scored:
+            champion = int(run.champion)
+            start = first_scored[champion]
+            now = estimated_auc(
+                scores, champion, shifted(run.event_day, 1 - window_days), run.event_day
+            )
+            then = estimated_auc(scores, champion, start, shifted(start, window_days - 1))
+            row.update(estimated_auc=now, estimated_auc_fall=then - now)
         row.update({f"psi_{f.feature}": f.psi for f in features.itertuples()})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -127,8 +175,8 @@ def main() -> None:
     parser.add_argument("--home", type=Path, required=True, help="a finished main job's state")
     parser.add_argument("--shuffles", type=int, default=300, help="permutations of the gains")
     args = parser.parse_args()
-    runs, drift = judged_retrainings(args.home.resolve())
-    table = signals(runs, drift)
+    runs, drift, scores = judged_retrainings(args.home.resolve())
+    table = signals(runs, drift, scores)
     if len(table) < 10:
         raise SystemExit(f"{len(table)} judged retrainings: too few to compare signals")
     worth = (table.gain >= WORTH).astype(float)

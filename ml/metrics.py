@@ -27,6 +27,34 @@ def auroc(y_true: ArrayLike, y_score: ArrayLike) -> float:
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
+def expected_auroc(y_prob: ArrayLike) -> float:
+    """The AUROC that probabilities would score if they were calibrated, from the scores alone.
+
+    Confidence-based performance estimation: each row counts as a positive with weight p and a
+    negative with weight 1 - p, and the estimate is the weighted share of (positive, negative)
+    pairs of distinct rows that the scores order correctly (tied scores count half). Needs no
+    label, so it follows a model on unlabelled traffic; it cannot see a change in what the
+    features mean (the scores' calibration is what it assumes).
+    """
+    p = np.asarray(y_prob, dtype=np.float64).ravel()
+    if p.size < 2 or np.any((p < 0) | (p > 1)) or np.isnan(p).any():
+        raise ValueError("expected_auroc needs at least two probabilities in [0, 1]")
+    order = np.argsort(p, kind="mergesort")
+    s = p[order]
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    pos = np.add.reduceat(s, starts)  # positive mass of each run of tied scores
+    neg = np.add.reduceat(1 - s, starts)
+    self_pairs = np.add.reduceat(s * (1 - s), starts)
+    below = np.cumsum(neg) - neg  # negative mass scored strictly lower
+    pairs = pos.sum() * neg.sum() - self_pairs.sum()
+    if pairs <= 0:
+        raise ValueError(
+            "expected_auroc needs a probability strictly between 0 and 1, or both 0 and 1"
+        )
+    ordered = (pos * below).sum() + 0.5 * (pos * neg - self_pairs).sum()
+    return float(ordered / pairs)
+
+
 def logloss(
     y_true: ArrayLike,
     y_prob: ArrayLike,

@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
-from ml.metrics import auroc, binary_metrics, brier, expected_calibration_error, logloss
+from ml.metrics import (
+    auroc,
+    binary_metrics,
+    brier,
+    expected_auroc,
+    expected_calibration_error,
+    logloss,
+)
 
 
 def test_auroc_matches_sklearn_with_ties() -> None:
@@ -59,3 +66,32 @@ def test_binary_metrics_has_every_metric() -> None:
         "brier": brier(y, p),
         "ece": expected_calibration_error(y, p),
     }
+
+
+def test_expected_auroc_weighs_every_pair_of_distinct_rows() -> None:
+    # Two rows: the 0.8 one is the positive and the 0.2 one the negative with weight 0.64, the
+    # other way round with weight 0.04.
+    assert expected_auroc([0.2, 0.8]) == pytest.approx(0.64 / 0.68, abs=1e-12)
+    rng = np.random.default_rng(3)
+    p = np.round(rng.uniform(0.01, 0.99, 40), 1)  # ties
+    num = den = 0.0
+    for i in range(p.size):
+        for j in range(p.size):
+            if i != j:
+                weight = p[i] * (1 - p[j])
+                num += weight * (1.0 if p[i] > p[j] else 0.5 if p[i] == p[j] else 0.0)
+                den += weight
+    assert expected_auroc(p) == pytest.approx(num / den, abs=1e-12)
+
+
+def test_expected_auroc_of_calibrated_scores_is_their_realized_auroc() -> None:
+    rng = np.random.default_rng(0)
+    p = rng.beta(2, 5, 200_000)
+    y = rng.random(p.size) < p  # labels drawn from the scores: calibrated by construction
+    assert expected_auroc(p) == pytest.approx(auroc(y, p), abs=0.005)
+    # Scores squeezed towards their mean (the same ranking) are expected to rank worse.
+    assert expected_auroc(0.25 + 0.2 * (p - 0.25)) < expected_auroc(p) - 0.1
+    with pytest.raises(ValueError, match="strictly between"):
+        expected_auroc([0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        expected_auroc([0.5, 1.5])
