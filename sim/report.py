@@ -18,7 +18,13 @@ import numpy as np
 import pandas as pd
 
 from ml.metrics import auroc, logloss
-from pipelines.lib.registry import load_model, model_version, registered_name, versions
+from pipelines.lib.registry import (
+    DATASET_TAG,
+    load_model,
+    model_version,
+    registered_name,
+    versions,
+)
 from sim import alarms
 from sim.driver import RETRAINING_JOB
 from sim.labeling import is_late
@@ -237,7 +243,7 @@ def write_report(
             {
                 "version": v.version,
                 "decision": v.tags.get("flywheel.decision", ""),
-                "dataset": tracker.client().get_run(v.run_id).data.tags.get("dataset.dvc_hash"),
+                "dataset": tracker.client().get_run(v.run_id).data.tags.get(DATASET_TAG),
                 "reason": v.tags.get("flywheel.reason", ""),
             }
             for v in versions(tracker, registered_name(task_name))

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 CHAMPION = "champion"
 PROFILE_ARTIFACT = "monitoring/reference_profile.json"
+# The tag of a training run naming the DVC hash of the dataset version it trained on.
+DATASET_TAG = "dataset.dvc_hash"
 # The baselines a challenger's training fitted on its train split (a pickle of
 # ml.baselines.FittedBaselines), which its evaluation scores the test split with.
 BASELINES_ARTIFACT = "baselines/fitted_baselines.pkl"
@@ -140,9 +142,13 @@ def log_json(tracker: MlflowTracker, run_id: str, payload: dict, artifact_file: 
 
 def read_json(tracker: MlflowTracker, run_id: str, artifact_file: str) -> dict:
     """Read a JSON artifact of a run."""
+    return json.loads(read_bytes(tracker, run_id, artifact_file))
+
+
+def read_bytes(tracker: MlflowTracker, run_id: str, artifact_file: str) -> bytes:
+    """Read an artifact file of a run."""
     with tempfile.TemporaryDirectory() as folder:
-        path = tracker.client().download_artifacts(run_id, artifact_file, folder)
-        return json.loads(Path(path).read_text())
+        return Path(tracker.client().download_artifacts(run_id, artifact_file, folder)).read_bytes()
 
 
 def log_png(tracker: MlflowTracker, run_id: str, png: bytes, artifact_file: str) -> None:
@@ -173,9 +179,7 @@ def read_baselines(tracker: MlflowTracker, run_id: str) -> FittedBaselines | Non
     stored = {Path(a.path).name for a in tracker.client().list_artifacts(run_id, folder)}
     if name not in stored:
         return None
-    with tempfile.TemporaryDirectory() as local:
-        path = tracker.client().download_artifacts(run_id, BASELINES_ARTIFACT, local)
-        return FittedBaselines.loads(Path(path).read_bytes())
+    return FittedBaselines.loads(read_bytes(tracker, run_id, BASELINES_ARTIFACT))
 
 
 def load_model(tracker: MlflowTracker, version: ModelVersion) -> mlflow.pyfunc.PyFuncModel:

@@ -247,7 +247,7 @@ def kept_baselines_score_the_evaluation(
     from ml.data import TabularDataModule
     from pipelines.defs.evaluation.report import baseline_scores
     from pipelines.defs.training.assets import latest_dataset
-    from pipelines.lib.registry import model_version, read_baselines
+    from pipelines.lib.registry import DATASET_TAG, model_version, read_baselines
 
     dataset = latest_dataset(instance, store)
     frames = {s: pd.read_parquet(dataset.split(s)) for s in ("train", "validation", "test")}
@@ -278,7 +278,7 @@ def kept_baselines_score_the_evaluation(
         baseline_scores(tracker, FeatureConfig(), challenger, "another", frames, test, seed=0)
     assert fits == [1]
     # A run that kept none (one of an older version): the evaluation fits them itself.
-    with tracker.start_run(run_name="older", tags={"dataset.dvc_hash": dataset.dvc_hash}) as older:
+    with tracker.start_run(run_name="older", tags={DATASET_TAG: dataset.dvc_hash}) as older:
         pass
     assert read_baselines(tracker, older.info.run_id) is None
     unkept = replace(challenger, run_id=older.info.run_id)

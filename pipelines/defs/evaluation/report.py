@@ -13,6 +13,7 @@ import pandas as pd
 
 from pipelines.labeling.selection import REASON_COLUMN, UNIFORM_REASONS
 from pipelines.lib.registry import (
+    DATASET_TAG,
     PROFILE_ARTIFACT,
     ModelVersion,
     load_model,
@@ -156,7 +157,7 @@ def baseline_scores(
     run when it trained on this dataset (`dataset_hash`, whose splits are `frames`); otherwise
     (a run that kept none, or an evaluation of another dataset) fitted on its train split now."""
     run = tracker.client().get_run(challenger.run_id)
-    if run.data.tags.get("dataset.dvc_hash") == dataset_hash:
+    if run.data.tags.get(DATASET_TAG) == dataset_hash:
         fitted = read_baselines(tracker, challenger.run_id)
         if fitted is not None:
             return fitted.predict_frame(test)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from ml.config import FeatureConfig, ModelConfig, TrainConfig, TuneConfig
 from pipelines.lib.datasets import DvcDatasetStore
-from pipelines.lib.registry import log_baselines
+from pipelines.lib.registry import DATASET_TAG, log_baselines
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
 from pipelines.lib.tuning_workers import DatasetRef, TuningWorkers, datamodule_for
 
@@ -155,7 +155,7 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
             context.run_id,
         )
         tags = {
-            "dataset.dvc_hash": dataset.dvc_hash,
+            DATASET_TAG: dataset.dvc_hash,
             "git.commit": git_commit(),
             "dagster.run_id": context.run_id,
         }
