@@ -3,7 +3,6 @@ flights splits and an Optuna study on that server for the tuning workers."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,18 +16,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ml.config import TuneConfig
-
-# Each pytest-xdist worker (`make test` runs two) gets its share of the cores for the OpenMP and
-# BLAS threads of torch, scikit-learn and numpy, and so do the processes its tests start: with a
-# thread per core in every worker, the threads of one wait spinning for those the other holds
-# (tests/ml took 114 s at two threads a worker, 79 s at one, on the 2-core machine). Set before
-# any of those libraries loads (nothing imported above loads one); an explicit setting is kept.
-WORKER_THREADS: dict[str, str] = {}  # what was set here (tests/test_worker_threads.py)
-if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    threads = str(max(1, (os.cpu_count() or 1) // int(workers)))
-    for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        if variable not in os.environ:
-            os.environ[variable] = WORKER_THREADS[variable] = threads
 
 REGION = "us-east-1"
 
