@@ -147,7 +147,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     from sim.daemon import WEBSERVER_URL, DaemonDriver, webserver_from_env
     from sim.driver import POLICIES, RETRAINING_JOB, Driver, FlywheelDriver
     from sim.labeling import annotators_for
-    from sim.report import resource, write_report
+    from sim.report import CeilingInBackground, resource, write_report
 
     options = options or RunOptions()
     home = flywheel_home()
@@ -198,6 +198,12 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 options.pool_wait_s,
                 POLICIES[options.policy],
             )
+        # The ceiling's fits while the days play, in process only: the daemon's runs, in their
+        # own processes, may hold the warehouse whenever this process would read it.
+        background = None
+        if options.baselines and not options.daemon:
+            background = CeilingInBackground(defs, task.name)
+            stack.callback(background.close)
         if versions(tracker, name):
             driver.retraining = True
         if driver.retraining and production_start is None:
@@ -211,6 +217,8 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 tick.runs.append(driver.retrain("bootstrap", day))
                 driver.retraining, production_start = True, day + timedelta(days=1)
             write_progress(home, day, production_start)
+            if background is not None:
+                background.played(day, production_start)
             elapsed = time.monotonic() - began
             say(f"[{i + 1}/{len(span)} {elapsed:.0f}s] {day}: {_describe(tick, driver)}")
         registered = versions(tracker, name)
@@ -241,6 +249,14 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             f"Retraining policy: {options.policy} (after the first model: "
             f"{', '.join(POLICIES[options.policy]) or 'no retraining'}).",
         ]
+        fitted = None
+        if background is not None:
+            try:
+                fitted = background.results()
+                # In the log: how many of the report's ceiling fits it need not make.
+                print(f"the ceiling's fits made while the days played: {len(fitted)}", flush=True)
+            except RuntimeError as error:
+                say(f"{error}\nthe report fits the ceiling of every week itself", error=True)
         report = write_report(
             defs,
             instance,
@@ -250,6 +266,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             options.report_dir or home / "report",
             header,
             baselines=options.baselines,
+            fitted=fitted,
         )
     if not options.brief:
         say(report.markdown.read_text())

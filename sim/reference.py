@@ -14,8 +14,10 @@ Only the simulator knows every outcome, so both live here and not in the pipelin
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
-from collections.abc import Sequence
+import queue
+from collections.abc import Mapping, Sequence
 from datetime import date
 
 import numpy as np
@@ -56,26 +58,47 @@ def encode(
     """Float matrices for HistGradientBoosting: categorical columns as codes of the training
     rows' vocabulary (unseen values missing), numeric columns as they are; and the mask of the
     columns it treats as categorical. Columns missing in every training row are left out."""
-    x_train, x_other, categorical = [], [], []
-    for column in features.categorical:
-        vocabulary = pd.Index(train[column].dropna().unique())
-        codes = [
-            vocabulary.get_indexer(frame[column]).astype(np.float64) for frame in (train, other)
+    both = pd.concat([train, other], ignore_index=True)
+    return Columns(both, features).matrices(np.arange(len(train)), np.arange(len(train), len(both)))
+
+
+class Columns:
+    """The feature columns of a frame's rows as numbers, computed once for the many fits that
+    take their rows from it: `matrices` of any two sets of rows are `encode`'s matrices of
+    those rows, without a pass over the frame's values per fit."""
+
+    def __init__(self, frame: pd.DataFrame, features: FeatureConfig) -> None:
+        # Each categorical column as codes of its values (-1: missing), numbered in any order:
+        # `matrices` renumbers them by first appearance in the training rows.
+        self.codes = [pd.factorize(frame[column])[0] for column in features.categorical]
+        self.numeric = [
+            pd.to_numeric(frame[column], errors="coerce").to_numpy(np.float64)
+            for column in features.numeric
         ]
-        for c in codes:
-            c[c < 0] = np.nan
-        x_train.append(codes[0])
-        x_other.append(codes[1])
-        categorical.append(len(vocabulary) <= MAX_CATEGORIES)
-    for column in features.numeric:
-        x_train.append(pd.to_numeric(train[column], errors="coerce").to_numpy(np.float64))
-        x_other.append(pd.to_numeric(other[column], errors="coerce").to_numpy(np.float64))
-        categorical.append(False)
-    train_matrix, other_matrix = np.column_stack(x_train), np.column_stack(x_other)
-    # A column with no value in the training rows says nothing (and HistGradientBoosting cannot
-    # bin it): left out of both.
-    known = ~np.isnan(train_matrix).all(axis=0)
-    return train_matrix[:, known], other_matrix[:, known], np.array(categorical)[known]
+
+    def matrices(
+        self, train: np.ndarray, other: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`encode`'s matrices for the rows at positions `train` and `other`, in that order."""
+        columns = []  # (training rows' values, other rows' values, categorical)
+        for codes in self.codes:
+            seen = codes[train]
+            values, first = np.unique(seen[seen >= 0], return_index=True)
+            # Code -> its rank among the training rows' values by first appearance; the last
+            # slot, never assigned, is where -1 (missing) lands: missing, as unseen values are.
+            rank = np.full(codes.max(initial=-1) + 2, np.nan)
+            rank[values[np.argsort(first)]] = np.arange(len(values))
+            columns.append((rank[seen], rank[codes[other]], len(values) <= MAX_CATEGORIES))
+        columns += [(values[train], values[other], False) for values in self.numeric]
+        # A column with no value in the training rows says nothing (and HistGradientBoosting
+        # cannot bin it): left out of both.
+        columns = [c for c in columns if not np.isnan(c[0]).all()]
+        # Column-major, as HistGradientBoosting bins them: filled without a copy per column.
+        x_train = np.empty((len(train), len(columns)), order="F")
+        x_other = np.empty((len(other), len(columns)), order="F")
+        for j, (train_values, other_values, _) in enumerate(columns):
+            x_train[:, j], x_other[:, j] = train_values, other_values
+        return x_train, x_other, np.array([c[2] for c in columns], dtype=bool)
 
 
 def fit_predict(
@@ -94,15 +117,49 @@ def fit_predict(
     return model.fit(x_train, y, sample_weight=sample_weight).predict_proba(x_other)[:, 1]
 
 
-def _inputs(
-    train: pd.DataFrame, other: pd.DataFrame, features: FeatureConfig
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """What one fit needs (None when `train` is too small or has one class)."""
-    y = train[features.label].to_numpy(dtype=np.int64)
-    if len(y) < MIN_TRAINING_ROWS or y.min() == y.max():
-        return None
-    x_train, x_other, categorical = encode(train, other, features)
-    return x_train, y, x_other, categorical
+# A fit's inputs: the training rows' matrix, their labels, the scored rows' matrix and which
+# columns are categorical.
+Fit = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# AUCs already computed, by (week, "reference" or "ceiling"): the fingerprint of their fit's
+# inputs (see `fingerprint`) and the AUC.
+Fitted = Mapping[tuple[date, str], tuple[str, float]]
+
+
+class PlayedFlights:
+    """Every flight played, ready for the weekly fits: what each retrained model learns from
+    and scores."""
+
+    def __init__(self, flights: pd.DataFrame, features: FeatureConfig, time_column: str) -> None:
+        self.flights = flights.reset_index(drop=True)
+        self.columns = Columns(self.flights, features)
+        self.dates = pd.to_datetime(self.flights[time_column]).to_numpy("datetime64[D]")
+        self.labels = self.flights[features.label].to_numpy(dtype=np.int64)
+
+    def fit(self, pool: np.ndarray, week: date) -> tuple[int, np.ndarray, Fit | None]:
+        """The model retrained on `week` (a Monday) on the rows at positions `pool` (in that
+        order) of the days before it: how many rows it learns from, the outcomes of the week's
+        flights it scores, and its fit's inputs; None when it learns from too few rows or one
+        class, or when the week's flights do not have both outcomes."""
+        start = np.datetime64(week, "D")
+        scored = np.flatnonzero((self.dates >= start) & (self.dates < start + 7))
+        train = pool[self.dates[pool] < start]
+        y_scored, y = self.labels[scored], self.labels[train]
+        if not 0 < y_scored.sum() < len(y_scored):
+            return len(train), y_scored, None
+        if len(y) < MIN_TRAINING_ROWS or y.min() == y.max():
+            return len(train), y_scored, None
+        x_train, x_other, categorical = self.columns.matrices(train, scored)
+        return len(train), y_scored, (x_train, y, x_other, categorical)
+
+
+def fingerprint(fit: Fit) -> str:
+    """A digest of a fit's inputs. The fit is deterministic (a fixed seed; HistGradientBoosting
+    gives the same model on any number of threads), so equal digests mean equal AUCs."""
+    digest = hashlib.blake2b(digest_size=16)
+    for array in fit:
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(array.tobytes(order="A"))
+    return digest.hexdigest()
 
 
 def weekly_reference(
@@ -113,34 +170,166 @@ def weekly_reference(
     time_column: str = "flight_date",
     seed: int = 0,
     jobs: int | None = None,
+    fitted: Fitted | None = None,
 ) -> pd.DataFrame:
     """Production AUC per week (a Monday) of the reference and of the ceiling, each retrained on
     that Monday on the flights of the days before it; with how many labels each learned from.
 
     `flights` holds every flight played (its `time_column` a date, the features, the label);
-    `spend` how many labels the flywheel got for each landing day's flights. The fits run in
-    `jobs` processes (default: one per core).
+    `spend` how many labels the flywheel got for each landing day's flights. A week in
+    `fitted` whose fit would have the same inputs keeps its AUC there (see `CeilingFits`); the
+    other fits run in `jobs` processes (default: one per core).
     """
     from joblib import Parallel, delayed
 
-    sample = reference_sample(flights, spend, time_column, seed)
+    played = PlayedFlights(flights, features, time_column)
+    sample = reference_sample(played.flights, spend, time_column, seed)
+    pools = {"reference": sample.index.to_numpy(), "ceiling": np.arange(len(played.flights))}
     rows, fits = [], []
     for week in weeks:
-        start, end = pd.Timestamp(week).date(), (pd.Timestamp(week) + pd.Timedelta(days=7)).date()
-        scored = flights[(flights[time_column] >= start) & (flights[time_column] < end)]
-        y = scored[features.label].to_numpy(dtype=np.int64)
+        start = pd.Timestamp(week).date()
         row: dict[str, object] = {"week": start}
-        for name, pool in (("reference", sample), ("ceiling", flights)):
-            train = pool[pool[time_column] < start]
-            inputs = _inputs(train, scored, features) if 0 < y.sum() < len(y) else None
+        for name, pool in pools.items():
+            row[f"{name}_labels"], y, fit = played.fit(pool, start)
             row[name] = np.nan
-            row[f"{name}_labels"] = len(train)
-            if inputs is not None:
-                fits.append((len(rows), name, y, inputs))
+            known = (fitted or {}).get((start, name))
+            if fit is None:
+                continue
+            if known is not None and known[0] == fingerprint(fit):
+                row[name] = known[1]
+            else:
+                fits.append((len(rows), name, y, fit))
         rows.append(row)
-    scores = Parallel(n_jobs=jobs or os.cpu_count() or 1)(
-        delayed(fit_predict)(*inputs, seed) for _, _, _, inputs in fits
-    )
-    for (i, name, y, _), predicted in zip(fits, scores, strict=True):
-        rows[i][name] = auroc(y, predicted)
+    if fits:
+        scores = Parallel(n_jobs=jobs or os.cpu_count() or 1)(
+            delayed(fit_predict)(*fit, seed) for _, _, _, fit in fits
+        )
+        for (i, name, y, _), predicted in zip(fits, scores, strict=True):
+            rows[i][name] = auroc(y, predicted)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+class CeilingFits:
+    """The ceiling's weekly fits, made while the days are played by a process at the lowest CPU
+    priority: it takes only the time the days leave idle, so the report need not fit them after
+    the last day. Give it each week's flights in the order the report will read them (`add`),
+    then hand its `results` to `weekly_reference`, which keeps those whose inputs are the same
+    as its own and fits the others.
+
+    The process ends with `results`, with `close`, or when the process that started it is gone
+    (killed too).
+    """
+
+    def __init__(
+        self, features: FeatureConfig, time_column: str = "flight_date", seed: int = 0
+    ) -> None:
+        context = multiprocessing.get_context("spawn")  # not a fork of a threaded process
+        self._inbox: multiprocessing.Queue = context.Queue()
+        self._outbox: multiprocessing.Queue = context.Queue()
+        self._process = context.Process(
+            target=_fit_in_background,
+            args=(self._inbox, self._outbox, features, time_column, seed, os.getpid()),
+            name="ceiling-fits",
+            daemon=True,
+        )
+        self._process.start()
+
+    def add(self, flights: pd.DataFrame, weeks: Sequence[date]) -> None:
+        """The flights played since the last `add` (with their label), and the weeks (Mondays)
+        whose ceiling can be fitted now: every day of them has been played."""
+        self._inbox.put((flights, [pd.Timestamp(week).date() for week in weeks]))
+
+    def results(self) -> dict[tuple[date, str], tuple[str, float]]:
+        """Every fit, once those asked for are done: (week, "ceiling") -> (the `fingerprint` of
+        its inputs, its AUC). Raises RuntimeError when the process failed (with its traceback)
+        or was killed."""
+        self._inbox.put(None)
+        try:
+            while True:
+                try:
+                    kind, value = self._outbox.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    if not self._process.is_alive():
+                        try:  # it may have put its answer just before it ended
+                            kind, value = self._outbox.get(timeout=1.0)
+                            break
+                        except queue.Empty:
+                            raise RuntimeError(
+                                "the ceiling's background fits ended with exit code "
+                                f"{self._process.exitcode} and no results"
+                            ) from None
+        finally:
+            self.close()
+        if kind == "error":
+            raise RuntimeError(f"the ceiling's background fits failed:\n{value}")
+        return value
+
+    def close(self) -> None:
+        """End the process now, if it still runs."""
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        for box in (self._inbox, self._outbox):
+            box.close()
+            box.cancel_join_thread()
+
+
+def _lowest_priority() -> None:
+    """This process runs only when a core would otherwise be idle (Linux's idle scheduling
+    class; elsewhere the lowest nice value). Threads it starts later inherit it."""
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.nice(19)
+
+
+def _fit_in_background(
+    inbox: multiprocessing.Queue,
+    outbox: multiprocessing.Queue,
+    features: FeatureConfig,
+    time_column: str,
+    seed: int,
+    parent: int,
+) -> None:
+    """`CeilingFits`' process: fits the weeks asked for, oldest first, while taking in what is
+    added; answers the results once told (None) that nothing more comes."""
+    import traceback
+
+    from threadpoolctl import threadpool_limits
+
+    _lowest_priority()
+    frames: list[pd.DataFrame] = []
+    pending: list[date] = []
+    results: dict[tuple[date, str], tuple[str, float]] = {}
+    played: PlayedFlights | None = None
+    done = False
+    try:
+        with threadpool_limits(1):
+            while True:
+                if os.getppid() != parent:
+                    return  # the main job is gone (killed): nobody will read the results
+                if not done:
+                    try:  # take in what was sent; wait for it only when nothing is left to fit
+                        message = inbox.get(block=not pending, timeout=2.0)
+                    except queue.Empty:
+                        continue
+                    if message is None:
+                        done = True
+                    else:
+                        frames.append(message[0])
+                        pending, played = sorted({*pending, *message[1]}), None
+                        continue
+                if not pending:
+                    break
+                if played is None:
+                    flights = pd.concat(frames, ignore_index=True)
+                    played = PlayedFlights(flights, features, time_column)
+                week = pending.pop(0)
+                _, y, fit = played.fit(np.arange(len(played.flights)), week)
+                if fit is not None:
+                    auc = auroc(y, fit_predict(*fit, seed))
+                    results[(week, "ceiling")] = (fingerprint(fit), auc)
+        outbox.put(("results", results))
+    except BaseException:  # the main job shows it (and fits the weeks itself)
+        outbox.put(("error", traceback.format_exc()))

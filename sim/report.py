@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,9 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
+from ml.config import FeatureConfig
 from ml.metrics import auroc, logloss
+from pipelines.contracts import load_task
 from pipelines.lib.registry import (
     DATASET_TAG,
     load_model,
@@ -25,9 +27,11 @@ from pipelines.lib.registry import (
     registered_name,
     versions,
 )
+from pipelines.model_spec import load_model_spec
 from sim import alarms
 from sim.driver import RETRAINING_JOB
 from sim.labeling import is_late
+from sim.reference import Fitted
 
 
 @dataclass
@@ -118,30 +122,77 @@ def weekly_auc(flights: pd.DataFrame, static: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def played_flights(
+    warehouse: Any, features: FeatureConfig, last: date, after: date | None = None
+) -> pd.DataFrame:
+    """The features of every flight played up to `last` (after `after`, when given), in the
+    order of their ids, with the outcome each will have (`features.label`)."""
+    query = "select * from fct_flight_features where flight_date <= ?"
+    params = [last.isoformat()]
+    if after is not None:
+        query, params = query + " and flight_date > ?", [*params, after.isoformat()]
+    flights = warehouse.query(query + " order by flight_id", params)
+    flights["flight_date"] = pd.to_datetime(flights.flight_date).dt.date
+    flights[features.label] = [is_late(f) for f in flights.flight_id]
+    return flights
+
+
 def reference_auc(
-    defs: dg.Definitions, task_name: str, last: date, weeks: list[date]
+    defs: dg.Definitions,
+    task_name: str,
+    last: date,
+    weeks: list[date],
+    fitted: Fitted | None = None,
 ) -> pd.DataFrame:
     """The same-budget reference's and the all-labels ceiling's AUC in each of `weeks` (see
     sim.reference), trained on every flight played up to `last` and on the labels the flywheel
-    got for each landing day."""
-    from pipelines.contracts import load_task
-    from pipelines.model_spec import load_model_spec
+    got for each landing day; the weeks in `fitted` with the same inputs are not fitted again."""
     from sim.reference import weekly_reference
 
-    spec = load_model_spec(load_task(task_name))
+    features = load_model_spec(load_task(task_name)).features
     warehouse = resource(defs, "warehouse")
-    flights = warehouse.query(
-        "select * from fct_flight_features where flight_date <= ? order by flight_id",
-        [last.isoformat()],
-    )
+    flights = played_flights(warehouse, features, last)
     spend = warehouse.query(
         "select f.flight_date, count(distinct l.flight_id) as labels from raw.flight_labels l "
         "join fct_flight_features f using (flight_id) group by f.flight_date"
     )
-    flights["flight_date"] = pd.to_datetime(flights.flight_date).dt.date
-    flights[spec.features.label] = [is_late(f) for f in flights.flight_id]
     per_day = pd.Series(spend["labels"].to_numpy(), index=pd.to_datetime(spend.flight_date).dt.date)
-    return weekly_reference(flights, per_day, weeks, spec.features, "flight_date")
+    return weekly_reference(flights, per_day, weeks, features, "flight_date", fitted=fitted)
+
+
+class CeilingInBackground:
+    """The all-labels ceiling's weekly fits made while the main job plays the days (see
+    sim.reference.CeilingFits): after each played Sunday, the flights played since the last
+    one go to the fitting process, with the weeks now complete from the production period's
+    first on. The report reuses the fits whose inputs are still the same (all of them, unless a
+    played day's features were rebuilt)."""
+
+    def __init__(self, defs: dg.Definitions, task_name: str) -> None:
+        from sim.reference import CeilingFits
+
+        self.warehouse = resource(defs, "warehouse")
+        self.features = load_model_spec(load_task(task_name)).features
+        self.fits = CeilingFits(self.features)
+        self.sent: date | None = None  # flights up to this day were added
+        self.weeks: set[date] = set()  # weeks asked for
+
+    def played(self, day: date, production_start: date | None) -> None:
+        """`day` was played (production from `production_start`; None: not yet)."""
+        if day.weekday() != 6 or production_start is None:
+            return
+        first = production_start - timedelta(days=production_start.weekday())
+        complete = [first + timedelta(weeks=k) for k in range(((day - first).days + 1) // 7)]
+        weeks = [week for week in complete if week not in self.weeks]
+        self.fits.add(played_flights(self.warehouse, self.features, day, self.sent), weeks)
+        self.sent = day
+        self.weeks.update(weeks)
+
+    def results(self) -> Fitted:
+        """The fits made (see sim.reference.CeilingFits.results)."""
+        return self.fits.results()
+
+    def close(self) -> None:
+        self.fits.close()
 
 
 def _by_run(instance: dg.DagsterInstance, asset: str) -> dict[str, dict[str, object]]:
@@ -208,11 +259,13 @@ def write_report(
     horizon_days: int = alarms.HORIZON_DAYS,
     min_days: int = alarms.MIN_DAYS,
     baselines: bool = True,
+    fitted: Fitted | None = None,
 ) -> Report:
     """Compute the report's tables and write `flywheel_report.md`, `weekly_auc.png` and the
     tables as CSV (`weekly.csv`, `retrainings.csv`, `labels.csv`); each retraining is judged on
     the `horizon_days` after it (see sim.alarms). Without `baselines`, the same-budget
-    reference and the ceiling are not trained (their columns stay empty)."""
+    reference and the ceiling are not trained (their columns stay empty); `fitted` holds those
+    of their fits already made (see `CeilingInBackground`)."""
     from ml.plots import weekly_auc_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -220,7 +273,7 @@ def write_report(
     weekly = weekly_auc(flights, predict(static, flights) if len(flights) else np.array([]))
     models = ["flywheel", "static", "reference", "ceiling"]
     if len(weekly) and baselines:
-        references = reference_auc(defs, task_name, production[1], list(weekly.week))
+        references = reference_auc(defs, task_name, production[1], list(weekly.week), fitted)
         weekly = weekly.merge(references, on="week", how="left")
     else:
         weekly = weekly.assign(reference=np.nan, ceiling=np.nan, reference_labels=np.nan)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
+import time
 from datetime import date, timedelta
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from ml.config import FeatureConfig
-from sim.reference import reference_sample, weekly_reference
+from sim.reference import CeilingFits, Columns, encode, reference_sample, weekly_reference
 
 FEATURES = FeatureConfig(categorical=("carrier",), numeric=("x", "noise"), label="is_late")
 START = date(2013, 1, 7)  # a Monday
@@ -95,3 +101,132 @@ def test_a_feature_missing_in_every_training_row_is_left_out() -> None:
     spend = pd.Series(40, index=sorted(frame.flight_date.unique()))
     weekly = weekly_reference(frame, spend, [START + timedelta(days=7)], FEATURES)
     assert weekly.reference.iloc[0] > 0.7 and weekly.ceiling.iloc[0] > 0.7
+
+
+def vocabulary_codes(train: pd.Series, other: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """What a categorical column's codes must be: positions in the training rows' values in
+    order of first appearance, missing for missing or unseen values."""
+    vocabulary = pd.Index(train.dropna().unique())
+    codes = [vocabulary.get_indexer(s).astype(float) for s in (train, other)]
+    for c in codes:
+        c[c < 0] = np.nan
+    return codes[0], codes[1]
+
+
+def test_columns_give_each_fit_the_codes_of_its_own_training_rows() -> None:
+    frame = pd.DataFrame(
+        {
+            "carrier": ["CC", None, "AA", "CC", "BB", "DD", "AA", np.nan, "EE", "BB"],
+            "x": [1.0, 2.0, None, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0],
+            "noise": [np.nan] * 5 + [1.0] * 5,
+        }
+    )
+    columns = Columns(frame, FEATURES)
+    # Training rows out of order and a scored set with a value they never saw ("DD", "EE").
+    train, other = np.array([2, 3, 0, 1, 4]), np.array([6, 5, 8, 9, 7])
+    x_train, x_other, categorical = columns.matrices(train, other)
+    codes = vocabulary_codes(frame.carrier[train], frame.carrier[other])
+    # "AA" first seen, then "CC", "BB"; "noise" has no value in the training rows: left out.
+    np.testing.assert_array_equal(x_train[:, 0], codes[0])
+    np.testing.assert_array_equal(x_train[:, 0], [0, 1, 1, np.nan, 2])
+    np.testing.assert_array_equal(x_other[:, 0], codes[1])
+    np.testing.assert_array_equal(x_train[:, 1], frame.x[train])
+    np.testing.assert_array_equal(x_other[:, 1], frame.x[other])
+    assert x_train.shape == (5, 2) and categorical.tolist() == [True, False]
+    # encode: the same for two frames.
+    encoded = encode(frame.iloc[train], frame.iloc[other], FEATURES)
+    for got, want in zip(encoded, (x_train, x_other, categorical), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_codes_are_those_of_the_training_rows_in_a_real_sized_week() -> None:
+    frame = flights(weeks=3)
+    frame.loc[frame.index[::5], "carrier"] = None
+    frame.loc[frame.flight_date >= START + timedelta(days=14), "carrier"] = "ZZ"
+    columns = Columns(frame, FEATURES)
+    rng = np.random.default_rng(1)
+    train = rng.permutation(np.flatnonzero(frame.flight_date < START + timedelta(days=14)))
+    other = np.flatnonzero(frame.flight_date >= START + timedelta(days=7))
+    x_train, x_other, _ = columns.matrices(train, other)
+    for got, want in zip(
+        (x_train[:, 0], x_other[:, 0]),
+        vocabulary_codes(frame.carrier.iloc[train], frame.carrier.iloc[other]),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(got, want)
+
+
+def add_by_week(fits: CeilingFits, frame: pd.DataFrame, weeks: int) -> None:
+    """As the main job does: each week's flights once it is played, and that week's fit."""
+    for k in range(weeks):
+        monday = START + timedelta(days=7 * k)
+        week = frame[(frame.flight_date >= monday) & (frame.flight_date < monday + timedelta(7))]
+        fits.add(week, [monday])
+
+
+def test_the_ceiling_fitted_in_the_background_is_the_ceiling_the_report_fits() -> None:
+    frame = flights(weeks=4)
+    spend = pd.Series(30, index=sorted(frame.flight_date.unique()))
+    weeks = [START + timedelta(days=7 * k) for k in range(4)]
+    fits = CeilingFits(FEATURES)
+    add_by_week(fits, frame, 4)
+    fitted = fits.results()
+    # The first week has nothing before it: no fit.
+    assert sorted(fitted) == [(week, "ceiling") for week in weeks[1:]]
+    own = weekly_reference(frame, spend, weeks, FEATURES)
+    reused = weekly_reference(frame, spend, weeks, FEATURES, fitted=fitted)
+    pd.testing.assert_frame_equal(reused, own, check_exact=True)
+    # A fit with the same inputs is not made again: a planted AUC with the right fingerprint
+    # is what the report shows...
+    planted = {key: (digest, 0.123) for key, (digest, _) in fitted.items()}
+    assert (
+        weekly_reference(frame, spend, weeks, FEATURES, fitted=planted).ceiling[1:] == 0.123
+    ).all()
+    # ...and one whose inputs differ (a flight changed since) is fitted again.
+    changed = frame.copy()
+    changed.loc[changed.index[5], "x"] += 1.0
+    again = weekly_reference(changed, spend, weeks, FEATURES, fitted=planted)
+    assert (again.ceiling[1:] != 0.123).all()
+    pd.testing.assert_frame_equal(again, weekly_reference(changed, spend, weeks, FEATURES))
+
+
+def test_a_failure_in_the_background_is_raised_with_its_traceback() -> None:
+    fits = CeilingFits(FEATURES)
+    add_by_week(fits, flights(weeks=2).drop(columns="is_late"), 2)
+    with pytest.raises(RuntimeError, match=r"(?s)background fits failed.*KeyError: 'is_late'"):
+        fits.results()
+
+
+KILLED_PARENT = """
+import sys, time
+from datetime import date
+from ml.config import FeatureConfig
+from sim.reference import CeilingFits
+if __name__ == "__main__":
+    fits = CeilingFits(FeatureConfig(categorical=(), numeric=("x",), label="is_late"))
+    print(fits._process.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_the_fitting_process_ends_when_the_main_job_is_killed(tmp_path) -> None:
+    script = tmp_path / "main_job.py"
+    script.write_text(KILLED_PARENT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    os.kill(child, 0)  # it runs
+    parent.kill()  # SIGKILL: nothing of the parent's own cleanup runs
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        # Reap it if it was handed to this process (it is when this is the init process).
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child, os.WNOHANG)
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the fitting process {child} outlived its killed parent")
