@@ -202,7 +202,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
         # own processes, may hold the warehouse whenever this process would read it.
         background = None
         if options.baselines and not options.daemon:
-            background = CeilingInBackground(defs, task.name)
+            background = CeilingInBackground.of_task(defs, task.name)
             stack.callback(background.close)
         if versions(tracker, name):
             driver.retraining = True

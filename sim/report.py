@@ -31,7 +31,7 @@ from pipelines.model_spec import load_model_spec
 from sim import alarms
 from sim.driver import RETRAINING_JOB
 from sim.labeling import is_late
-from sim.reference import Fitted
+from sim.reference import CeilingFits, Fitted
 
 
 @dataclass
@@ -167,14 +167,17 @@ class CeilingInBackground:
     first on. The report reuses the fits whose inputs are still the same (all of them, unless a
     played day's features were rebuilt)."""
 
-    def __init__(self, defs: dg.Definitions, task_name: str) -> None:
-        from sim.reference import CeilingFits
-
-        self.warehouse = resource(defs, "warehouse")
-        self.features = load_model_spec(load_task(task_name)).features
-        self.fits = CeilingFits(self.features)
+    def __init__(self, warehouse: Any, features: FeatureConfig) -> None:
+        self.warehouse, self.features = warehouse, features
+        self.fits = CeilingFits(features)
         self.sent: date | None = None  # flights up to this day were added
         self.weeks: set[date] = set()  # weeks asked for
+
+    @classmethod
+    def of_task(cls, defs: dg.Definitions, task_name: str) -> CeilingInBackground:
+        """For the task's flights in the code location's warehouse."""
+        features = load_model_spec(load_task(task_name)).features
+        return cls(resource(defs, "warehouse"), features)
 
     def played(self, day: date, production_start: date | None) -> None:
         """`day` was played (production from `production_start`; None: not yet)."""

@@ -1,14 +1,20 @@
-"""The report's production figures when nothing was scored."""
+"""The report's production figures when nothing was scored; its ceiling fitted as the days play."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 from types import SimpleNamespace
 
+import duckdb
 import numpy as np
+import pandas as pd
 
+from ml.config import FeatureConfig
+from ml.metrics import auroc
 from pipelines.lib.warehouse import DuckDBWarehouse
-from sim.report import production_flights, weekly_auc
+from sim import nycflights
+from sim.reference import PlayedFlights, fingerprint, fit_predict
+from sim.report import CeilingInBackground, played_flights, production_flights, weekly_auc
 
 
 def test_a_span_without_a_promoted_model_has_no_weekly_figures(tmp_path) -> None:
@@ -21,3 +27,44 @@ def test_a_span_without_a_promoted_model_has_no_weekly_figures(tmp_path) -> None
     assert flights.empty
     weekly = weekly_auc(flights, np.array([]))
     assert weekly.empty and "flywheel" in weekly.columns
+
+
+def test_the_ceiling_fitted_while_the_days_play_is_the_one_the_report_would_fit(tmp_path) -> None:
+    # Three weeks of real flights (Monday 2013-01-07 to Sunday 01-27) in a warehouse; production
+    # from Wednesday 01-16, so its first week is the Monday 01-14's.
+    days = [date(2013, 1, 7) + timedelta(days=d) for d in range(21)]
+    frame = pd.concat(
+        [nycflights.load().day("flights", day).assign(flight_date=day) for day in days]
+    )
+    frame["flight_id"] = (
+        frame.flight_date.astype(str) + "_" + frame.carrier + frame.flight + "_" + frame.origin
+    )
+    frame["distance"] = pd.to_numeric(frame.distance)
+    frame["hour"] = pd.to_numeric(frame.hour)
+    frame = frame[["flight_id", "flight_date", "carrier", "origin", "distance", "hour"]]
+    path = tmp_path / "warehouse.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("create table fct_flight_features as select * from frame")
+    warehouse = DuckDBWarehouse(path=str(path))
+    features = FeatureConfig(
+        categorical=("carrier", "origin"), numeric=("distance", "hour"), label="is_late"
+    )
+
+    background = CeilingInBackground(warehouse, features)
+    try:
+        for day in days:
+            background.played(day, None if day < date(2013, 1, 16) else date(2013, 1, 16))
+        fitted = background.results()
+    finally:
+        background.close()
+    weeks = [date(2013, 1, 14), date(2013, 1, 21)]
+    assert sorted(fitted) == [(week, "ceiling") for week in weeks]
+
+    # Each is the fit the report would make on the flights it reads, to the last digit.
+    flights = played_flights(warehouse, features, days[-1])
+    assert len(flights) == len(frame) and flights.is_late.any() and not flights.is_late.all()
+    played = PlayedFlights(flights, features, "flight_date")
+    for week in weeks:
+        _, y, fit = played.fit(np.arange(len(flights)), week)
+        assert fit is not None and fitted[(week, "ceiling")][0] == fingerprint(fit)
+        assert fitted[(week, "ceiling")][1] == auroc(y, fit_predict(*fit, seed=0))
