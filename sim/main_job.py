@@ -252,9 +252,14 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
         fitted = None
         if background is not None:
             try:
+                during = background.fits.made()
                 fitted = background.results()
                 # In the log: how many of the report's ceiling fits it need not make.
-                print(f"the ceiling's fits made while the days played: {len(fitted)}", flush=True)
+                print(
+                    f"the ceiling's fits: {during} made while the days played, "
+                    f"{len(fitted) - during} after the last day",
+                    flush=True,
+                )
             except RuntimeError as error:
                 say(f"{error}\nthe report fits the ceiling of every week itself", error=True)
         report = write_report(

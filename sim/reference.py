@@ -13,6 +13,7 @@ Only the simulator knows every outcome, so both live here and not in the pipelin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -233,37 +234,54 @@ class CeilingFits:
             daemon=True,
         )
         self._process.start()
+        self._fitted: dict[tuple[date, str], tuple[str, float]] = {}
+        self._ended = False
 
     def add(self, flights: pd.DataFrame, weeks: Sequence[date]) -> None:
         """The flights played since the last `add` (with their label), and the weeks (Mondays)
         whose ceiling can be fitted now: every day of them has been played."""
         self._inbox.put((flights, [pd.Timestamp(week).date() for week in weeks]))
 
+    def made(self) -> int:
+        """How many fits are made so far (without waiting for any)."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._take(self._outbox.get_nowait())
+        return len(self._fitted)
+
     def results(self) -> dict[tuple[date, str], tuple[str, float]]:
-        """Every fit, once those asked for are done: (week, "ceiling") -> (the `fingerprint` of
+        """Every fit, once those asked for are made: (week, "ceiling") -> (the `fingerprint` of
         its inputs, its AUC). Raises RuntimeError when the process failed (with its traceback)
         or was killed."""
         self._inbox.put(None)
         try:
-            while True:
+            while not self._ended:
                 try:
-                    kind, value = self._outbox.get(timeout=1.0)
-                    break
+                    self._take(self._outbox.get(timeout=1.0))
                 except queue.Empty:
                     if not self._process.is_alive():
-                        try:  # it may have put its answer just before it ended
-                            kind, value = self._outbox.get(timeout=1.0)
-                            break
-                        except queue.Empty:
+                        # What it put just before it ended, or nothing: it was killed.
+                        with contextlib.suppress(queue.Empty):
+                            while not self._ended:
+                                self._take(self._outbox.get(timeout=1.0))
+                        if not self._ended:
                             raise RuntimeError(
                                 "the ceiling's background fits ended with exit code "
                                 f"{self._process.exitcode} and no results"
                             ) from None
         finally:
             self.close()
-        if kind == "error":
-            raise RuntimeError(f"the ceiling's background fits failed:\n{value}")
-        return value
+        return dict(self._fitted)
+
+    def _take(self, message: tuple) -> None:
+        """A fit made, the end of the fits, or the traceback of a failure."""
+        if message[0] == "fit":
+            self._fitted[message[1]] = message[2]
+        elif message[0] == "error":
+            self._ended = True
+            raise RuntimeError(f"the ceiling's background fits failed:\n{message[1]}")
+        else:
+            self._ended = True
 
     def close(self) -> None:
         """End the process now, if it still runs."""
@@ -293,7 +311,8 @@ def _fit_in_background(
     parent: int,
 ) -> None:
     """`CeilingFits`' process: fits the weeks asked for, oldest first, while taking in what is
-    added; answers the results once told (None) that nothing more comes."""
+    added, and sends each result as it is made; once told (None) that nothing more comes and
+    every week is fitted, it says so and ends."""
     import traceback
 
     from threadpoolctl import threadpool_limits
@@ -301,7 +320,6 @@ def _fit_in_background(
     _lowest_priority()
     frames: list[pd.DataFrame] = []
     pending: list[date] = []
-    results: dict[tuple[date, str], tuple[str, float]] = {}
     played: PlayedFlights | None = None
     done = False
     try:
@@ -313,12 +331,14 @@ def _fit_in_background(
                     try:  # take in what was sent; wait for it only when nothing is left to fit
                         message = inbox.get(block=not pending, timeout=2.0)
                     except queue.Empty:
-                        continue
+                        message = ()
                     if message is None:
                         done = True
-                    else:
+                    elif message:
                         frames.append(message[0])
                         pending, played = sorted({*pending, *message[1]}), None
+                        continue
+                    elif not pending:
                         continue
                 if not pending:
                     break
@@ -329,7 +349,7 @@ def _fit_in_background(
                 _, y, fit = played.fit(np.arange(len(played.flights)), week)
                 if fit is not None:
                     auc = auroc(y, fit_predict(*fit, seed))
-                    results[(week, "ceiling")] = (fingerprint(fit), auc)
-        outbox.put(("results", results))
+                    outbox.put(("fit", (week, "ceiling"), (fingerprint(fit), auc)))
+        outbox.put(("end",))
     except BaseException:  # the main job shows it (and fits the weeks itself)
         outbox.put(("error", traceback.format_exc()))

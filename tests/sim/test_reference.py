@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from datetime import date, timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -190,10 +191,43 @@ def test_the_ceiling_fitted_in_the_background_is_the_ceiling_the_report_fits() -
     pd.testing.assert_frame_equal(again, weekly_reference(changed, spend, weeks, FEATURES))
 
 
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU time of process `pid` (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_weeks_are_fitted_as_they_come_and_then_the_process_rests() -> None:
+    fits = CeilingFits(FEATURES)
+    try:
+        add_by_week(fits, flights(weeks=4), 4)
+        # Fitted without being asked for the results: while the days would play.
+        deadline = time.monotonic() + 60
+        while fits.made() < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert fits.made() == 3
+        if sys.platform == "linux":  # nothing left to fit: it waits, it does not spin
+            before = cpu_seconds(fits._process.pid)
+            time.sleep(1.0)
+            assert cpu_seconds(fits._process.pid) - before < 0.2
+        assert len(fits.results()) == 3
+    finally:
+        fits.close()
+
+
 def test_a_failure_in_the_background_is_raised_with_its_traceback() -> None:
     fits = CeilingFits(FEATURES)
     add_by_week(fits, flights(weeks=2).drop(columns="is_late"), 2)
     with pytest.raises(RuntimeError, match=r"(?s)background fits failed.*KeyError: 'is_late'"):
+        fits.results()
+
+
+def test_a_killed_fitting_process_is_named_not_waited_for() -> None:
+    fits = CeilingFits(FEATURES)
+    add_by_week(fits, flights(weeks=2), 2)
+    fits._process.kill()  # as the OOM killer would
+    fits._process.join()
+    with pytest.raises(RuntimeError, match="ended with exit code -9 and no results"):
         fits.results()
 
 
