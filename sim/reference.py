@@ -315,6 +315,10 @@ def _fit_in_background(
     every week is fitted, it says so and ends."""
     import traceback
 
+    # Loaded before the limit below, which applies to the libraries loaded when it is set:
+    # HistGradientBoosting's OpenMP runtime would otherwise start a thread per core, and one
+    # that the scheduler sets aside leaves the others spinning at their barriers.
+    from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: F401
     from threadpoolctl import threadpool_limits
 
     _lowest_priority()
