@@ -203,7 +203,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
         background = None
         if options.baselines and not options.daemon:
             background = CeilingInBackground.of_task(defs, task.name)
-            stack.callback(background.close)
+            stack.callback(background.fits.close)
         if versions(tracker, name):
             driver.retraining = True
         if driver.retraining and production_start is None:
@@ -253,7 +253,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
         if background is not None:
             try:
                 during = background.fits.made()
-                fitted = background.results()
+                fitted = background.fits.results()
                 # In the log: how many of the report's ceiling fits it need not make.
                 print(
                     f"the ceiling's fits: {during} made while the days played, "

@@ -193,9 +193,9 @@ def weekly_reference(
         for name, pool in pools.items():
             row[f"{name}_labels"], y, fit = played.fit(pool, start)
             row[name] = np.nan
-            known = (fitted or {}).get((start, name))
             if fit is None:
                 continue
+            known = (fitted or {}).get((start, name))
             if known is not None and known[0] == fingerprint(fit):
                 row[name] = known[1]
             else:
@@ -256,19 +256,15 @@ class CeilingFits:
         self._inbox.put(None)
         try:
             while not self._ended:
+                alive = self._process.is_alive()
                 try:
                     self._take(self._outbox.get(timeout=1.0))
                 except queue.Empty:
-                    if not self._process.is_alive():
-                        # What it put just before it ended, or nothing: it was killed.
-                        with contextlib.suppress(queue.Empty):
-                            while not self._ended:
-                                self._take(self._outbox.get(timeout=1.0))
-                        if not self._ended:
-                            raise RuntimeError(
-                                "the ceiling's background fits ended with exit code "
-                                f"{self._process.exitcode} and no results"
-                            ) from None
+                    if not alive:  # ended before that second, and nothing came: killed
+                        raise RuntimeError(
+                            "the ceiling's background fits ended with exit code "
+                            f"{self._process.exitcode} and no results"
+                        ) from None
         finally:
             self.close()
         return dict(self._fitted)

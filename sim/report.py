@@ -164,8 +164,8 @@ class CeilingInBackground:
     """The all-labels ceiling's weekly fits made while the main job plays the days (see
     sim.reference.CeilingFits): after each played Sunday, the flights played since the last
     one go to the fitting process, with the weeks now complete from the production period's
-    first on. The report reuses the fits whose inputs are still the same (all of them, unless a
-    played day's features were rebuilt)."""
+    first on. Its `fits` give the report those whose inputs are still the same (all of them,
+    unless a played day's features were rebuilt)."""
 
     def __init__(self, warehouse: Any, features: FeatureConfig) -> None:
         self.warehouse, self.features = warehouse, features
@@ -189,13 +189,6 @@ class CeilingInBackground:
         self.fits.add(played_flights(self.warehouse, self.features, day, self.sent), weeks)
         self.sent = day
         self.weeks.update(weeks)
-
-    def results(self) -> Fitted:
-        """The fits made (see sim.reference.CeilingFits.results)."""
-        return self.fits.results()
-
-    def close(self) -> None:
-        self.fits.close()
 
 
 def _by_run(instance: dg.DagsterInstance, asset: str) -> dict[str, dict[str, object]]:

@@ -54,9 +54,9 @@ def test_the_ceiling_fitted_while_the_days_play_is_the_one_the_report_would_fit(
     try:
         for day in days:
             background.played(day, None if day < date(2013, 1, 16) else date(2013, 1, 16))
-        fitted = background.results()
+        fitted = background.fits.results()
     finally:
-        background.close()
+        background.fits.close()
     weeks = [date(2013, 1, 14), date(2013, 1, 21)]
     assert sorted(fitted) == [(week, "ceiling") for week in weeks]
 
