@@ -147,6 +147,58 @@ def test_a_window_on_the_flights_view_ranks_only_the_window_s_rows(tmp_path):
     assert "2013-01-01" in text[ranking:], text
 
 
+def test_a_daily_relationship_test_reads_the_parent_in_the_window_and_fails_on_a_lost_flight(
+    tmp_path,
+):
+    """`relationships_in_window`: a daily model's flights must be flights of the staging view in
+    the run's window, which is read alone (not every flight ever landed, ranked)."""
+    warehouse, env = empty_warehouse(tmp_path)
+    row = (
+        "(2013, 1, {day}, 1200, 1500, 'UA', {number}, 'N14228', 'EWR', 'IAH', 1400.0, 12, 0, "
+        "timestamp '2013-01-0{day} 17:00:00', date '2013-01-0{day}', 'flights/2013-01-0{day}.csv',"
+        " {line}, timestamp '2013-01-0{day} 23:00:00')"
+    )
+    with duckdb.connect(str(warehouse)) as con:
+        rows = [row.format(day=1, number=1545, line=1), row.format(day=2, number=1545, line=1)]
+        rows.append(row.format(day=2, number=1714, line=2))
+        con.execute(f"insert into raw.flights values {', '.join(rows)}")
+    model = "int_flights_joined_to_origin_weather"
+    test = (
+        f"relationships_in_window_{model}_flight_id__flight_id__flight_date"
+        "__ref_stg_landing__flights_"
+    )
+    days = {
+        day: {"FLYWHEEL_MIN_DATE": f"2013-01-0{day}", "FLYWHEEL_MAX_DATE": f"2013-01-0{day + 1}"}
+        for day in (1, 2)
+    }
+    parents = ("stg_landing__flights", "stg_landing__weather_observations")
+    for window in days.values():  # each day's models built, then the test of its window
+        selected = ("--select", *parents, model, test, "--indirect-selection", "empty")
+        built = dbt_command(env | window, "build", *selected)
+        assert built.returncode == 0, built.stdout[-3000:]
+        assert f"PASS {test}" in built.stdout, built.stdout[-3000:]
+    # The parent read in the test is the window's flights only.
+    compiled = next((tmp_path / "target" / "compiled").rglob("relationships_in_window_*.sql"))
+    parent = compiled.read_text().split("parent as")[1]
+    assert "flight_date >= cast('2013-01-02' as date)" in parent, parent
+
+    # A flight of the second day leaves the view (its landed rows gone): the second day's test
+    # fails, the first day's does not.
+    with duckdb.connect(str(warehouse)) as con:
+        con.execute("delete from raw.flights where day = 2 and flight = 1714")
+    assert dbt_command(env | days[1], "test", "--select", test).returncode == 0
+    checked = dbt_command(env | days[2], "test", "--select", test)
+    assert checked.returncode == 1, checked.stdout[-3000:]
+    assert f"Failure in test {test}" in checked.stdout
+    # A row of the first day naming a flight of the second: its match is outside the window.
+    with duckdb.connect(str(warehouse)) as con:
+        con.execute(
+            f"update {model} set flight_id = '2013-01-02_UA1545_EWR'"
+            " where flight_date = '2013-01-01'"
+        )
+    assert dbt_command(env | days[1], "test", "--select", test).returncode == 1
+
+
 def test_dbt_in_process_releases_the_warehouse_and_reports_a_lock_it_met(tmp_path, monkeypatch):
     from pipelines.lib.dbt import FlywheelDbtCliResource, InProcessDbt, dbt_executable
 

@@ -96,6 +96,15 @@ def test_feature_mart_has_one_row_per_flight_and_checks_pass(flywheel):
     }
     assert specs["unique_fct_flight_features_flight_id"] is True  # protects training data
     assert any(blocking is False for blocking in specs.values())  # warnings do not block
+    # The day's flights are checked against the day's flights; the labels' relationship to the
+    # flights reads every label and every flight, and is the training build's test, not a day's.
+    assert "relationships_in_window_fct_flight_features_flight_id" in " ".join(fct_checks)
+    tests_run = " ".join(str(e.event_specific_data) for r in results for e in r.all_events)
+    assert "relationships_stg_labels__flight_labels" not in tests_run
+    add_labels(flywheel, ["2013-01-01"], known_day="2013-01-02")
+    training = flywheel.run("retraining_job", assets=["fct_labelled_flights"])
+    tests_run = " ".join(str(e.event_specific_data) for e in training.all_events)
+    assert "relationships_stg_labels__flight_labels" in tests_run
 
 
 def test_features_of_a_day_do_not_change_when_later_days_arrive(flywheel):
