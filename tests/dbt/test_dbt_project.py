@@ -42,6 +42,24 @@ def dbt_command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def raw_flight(
+    day: int,
+    number: int = 1545,
+    tail: str = "N14228",
+    hour: int = 12,
+    line: int = 1,
+    ingested_hour: int = 23,
+) -> str:
+    """A raw.flights row of UA `number` from EWR on 2013-01-<day>: the contract's columns, then
+    its landing day and lineage (file line, ingestion time)."""
+    day_ = f"2013-01-{day:02d}"
+    return (
+        f"(2013, 1, {day}, 1200, 1500, 'UA', {number}, '{tail}', 'EWR', 'IAH', 1400.0, {hour}, 0, "
+        f"timestamp '{day_} 17:00:00', date '{day_}', 'flights/{day_}.csv', {line}, "
+        f"timestamp '{day_} {ingested_hour}:00:00')"
+    )
+
+
 def test_dbt_build_empty_runs_unit_tests_and_checks(tmp_path):
     _, env = empty_warehouse(tmp_path)
     out = dbt_command(env, "build", "--empty")
@@ -87,16 +105,9 @@ def test_a_new_date_window_compiles_into_the_sql_without_reparsing(tmp_path):
 
 def test_daily_checks_test_the_window_and_name_each_broken_condition(tmp_path):
     warehouse, env = empty_warehouse(tmp_path)
-    # A raw flight row of 2013-01-<day> (the contract's columns, then landing day and lineage).
-    day_ = "2013-01-{day:02d}"
-    flight = (
-        "(2013, 1, {day}, 1200, 1500, 'UA', 1545, 'N14228', 'EWR', 'IAH', 1400.0, {hour}, 0, "
-        f"timestamp '{day_} 17:00:00', date '{day_}', 'flights/{day_}.csv', 1, "
-        f"timestamp '{day_} 23:00:00')"
-    )
     with duckdb.connect(str(warehouse)) as con:
-        good = flight.format(day=1, hour=12)
-        bad = flight.format(day=2, hour=25)  # a local hour no clock shows
+        good = raw_flight(day=1, hour=12)
+        bad = raw_flight(day=2, hour=25)  # a local hour no clock shows
         con.execute(f"insert into raw.flights values {good}, {bad}")
     view = dbt_command(env, "run", "--select", "stg_landing__flights")
     assert view.returncode == 0, view.stdout[-3000:]
@@ -122,16 +133,11 @@ def test_a_window_on_the_flights_view_ranks_only_the_window_s_rows(tmp_path):
     filter on flight_date (every daily test's and model's) must reach below that ranking, or
     each of them ranks every flight ever landed (about 60 ms a test by December)."""
     warehouse, env = empty_warehouse(tmp_path)
-    row = (
-        "(2013, 1, {day}, 1200, 1500, 'UA', 1545, '{tail}', 'EWR', 'IAH', 1400.0, 12, 0, "
-        "timestamp '2013-01-0{day} 17:00:00', date '2013-01-0{day}', 'flights/2013-01-0{day}.csv',"
-        " 1, timestamp '2013-01-0{day} {at}:00:00')"
-    )
     with duckdb.connect(str(warehouse)) as con:
         rows = [
-            row.format(day=1, tail="N0LD", at=20),
-            row.format(day=1, tail="N14228", at=23),  # the same flight, ingested again
-            row.format(day=2, tail="N14228", at=23),
+            raw_flight(day=1, tail="N0LD", ingested_hour=20),
+            raw_flight(day=1, tail="N14228", ingested_hour=23),  # the same flight, ingested again
+            raw_flight(day=2, tail="N14228", ingested_hour=23),
         ]
         con.execute(f"insert into raw.flights values {', '.join(rows)}")
     view = dbt_command(env, "run", "--select", "stg_landing__flights")
@@ -153,14 +159,8 @@ def test_a_daily_relationship_test_reads_the_parent_in_the_window_and_fails_on_a
     """`relationships_in_window`: a daily model's flights must be flights of the staging view in
     the run's window, which is read alone (not every flight ever landed, ranked)."""
     warehouse, env = empty_warehouse(tmp_path)
-    row = (
-        "(2013, 1, {day}, 1200, 1500, 'UA', {number}, 'N14228', 'EWR', 'IAH', 1400.0, 12, 0, "
-        "timestamp '2013-01-0{day} 17:00:00', date '2013-01-0{day}', 'flights/2013-01-0{day}.csv',"
-        " {line}, timestamp '2013-01-0{day} 23:00:00')"
-    )
     with duckdb.connect(str(warehouse)) as con:
-        rows = [row.format(day=1, number=1545, line=1), row.format(day=2, number=1545, line=1)]
-        rows.append(row.format(day=2, number=1714, line=2))
+        rows = [raw_flight(day=1), raw_flight(day=2), raw_flight(day=2, number=1714, line=2)]
         con.execute(f"insert into raw.flights values {', '.join(rows)}")
     model = "int_flights_joined_to_origin_weather"
     test = (
