@@ -32,8 +32,8 @@ def build_dbt_assets(
     @dbt_assets(
         manifest=dbt_project.manifest_path,
         select=DAILY_SELECT,
-        # A test of a daily model's that also reads labels (the labels' relationship to the
-        # flights) is tagged for the training build instead.
+        # Tests tagged `training` run in the training build, not in every day's, even where a
+        # daily model is one of their parents (the labels' relationship to the flights).
         exclude=TRAINING_SELECT,
         name="daily_dbt_models",
         partitions_def=daily_partitions(task),
