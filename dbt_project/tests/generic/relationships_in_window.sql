@@ -9,27 +9,9 @@
     match lies outside the window fails. With no window, the whole parent is read.
 -#}
 {% test relationships_in_window(model, column_name, to, field, parent_day_column) %}
-
-with child as (
-
-    select {{ column_name }} as from_field
-    from {{ model }}
-    where {{ column_name }} is not null
-
-),
-
-parent as (
-
-    select {{ field }} as to_field
-    from {{ to }}
-    where {{ date_window_filter(parent_day_column) }}
-
-)
-
-select from_field
-from child
-left join parent
-    on child.from_field = parent.to_field
-where parent.to_field is null
-
+    {#- dbt's own relationships test, its parent the window's rows of `to`. -#}
+    {%- set windowed_parent -%}
+        (select * from {{ to }} where {{ date_window_filter(parent_day_column) }}) windowed_parent
+    {%- endset -%}
+    {{ adapter.dispatch('test_relationships', 'dbt')(model, column_name, windowed_parent, field) }}
 {% endtest %}
