@@ -158,6 +158,24 @@ PROFILE_SETTINGS = frozenset(
 _PARSE_OPTIONS = ("--target", "-t", "--profile", "--vars", "--profiles-dir", "--project-dir")
 
 
+def parse_profile(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The profile settings in `environ` that a parse of the project depends on.
+
+    A parse bakes the target's database into every relation. For DuckDB that is the warehouse
+    file's name without its suffix, not its folder: a parse for one state folder names the
+    relations of any other (tests/dbt/test_dbt_project.py builds two on one parse), so a process
+    that builds several (a test worker) parses once, not once a folder. dbt's own partial-parse
+    check compares the whole profile, so its saved state still serves only the folder it was
+    saved for.
+    """
+    values = {k: v for k, v in environ.items() if k in PROFILE_SETTINGS}
+    # profiles.yml: FLYWHEEL_WAREHOUSE_PATH, else $FLYWHEEL_HOME/warehouse.duckdb.
+    path = values.pop("FLYWHEEL_WAREHOUSE_PATH", None)
+    values.pop("FLYWHEEL_HOME", None)
+    values["duckdb database"] = Path(path).stem if path else "warehouse"
+    return tuple(sorted(values.items()))
+
+
 def _manifest(args: Sequence[str]) -> Any:
     from dbt.cli.main import dbtRunner
 
@@ -167,12 +185,10 @@ def _manifest(args: Sequence[str]) -> Any:
             options += [flag, value]
     project = Path(os.environ.get("DBT_PROJECT_DIR", "."))
     parsed = project / "target" / "manifest.json"
-    # The profile's settings (which database) are baked into the parse's relations.
-    profile = tuple(sorted((k, v) for k, v in os.environ.items() if k in PROFILE_SETTINGS))
     key = (
         str(project.resolve()),
         tuple(options),
-        profile,
+        parse_profile(os.environ),
         parsed.stat().st_mtime if parsed.exists() else 0,
     )
     if key not in _manifests:

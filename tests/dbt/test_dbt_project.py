@@ -220,3 +220,43 @@ def test_dbt_in_process_releases_the_warehouse_and_reports_a_lock_it_met(tmp_pat
         blocked = dbt.cli(["run", "--select", "stg_landing__flights"], raise_on_error=False)
         assert not blocked.is_successful()
         assert "lock" in str(blocked.get_error()).lower()
+
+
+def test_one_parse_serves_warehouses_in_other_folders_and_each_build_writes_its_own(
+    tmp_path, monkeypatch
+):
+    from pipelines.lib import dbt as flywheel_dbt
+
+    homes = [tmp_path / "a", tmp_path / "b"]
+    for home in homes:
+        home.mkdir()
+        empty_warehouse(home)
+    monkeypatch.delenv("FLYWHEEL_WAREHOUSE_PATH", raising=False)
+    monkeypatch.setenv("DBT_TARGET_PATH", str(tmp_path / "target"))
+    manifests = []  # what each command ran on
+    real = flywheel_dbt._manifest
+    monkeypatch.setattr(
+        flywheel_dbt, "_manifest", lambda args: manifests.append(real(args)) or manifests[-1]
+    )
+    flywheel_dbt._manifests.clear()
+    dbt = flywheel_dbt.FlywheelDbtCliResource(
+        project_dir=str(DBT_PROJECT_DIR),
+        target="local",
+        dbt_executable=flywheel_dbt.dbt_executable(),
+    )
+    for home in homes:
+        monkeypatch.setenv("FLYWHEEL_HOME", str(home))
+        built = dbt.cli(["run", "--select", "stg_landing__flights"], raise_on_error=False)
+        assert built.is_successful(), built.get_error()
+    # The second folder's build ran on the manifest parsed for the first one.
+    assert len(manifests) == 2 and manifests[0] is manifests[1]
+    for home in homes:  # and each build made its view in its own folder's file
+        with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
+            views = con.sql("select table_name from information_schema.tables").fetchall()
+        assert ("stg_landing__flights",) in views
+
+    # Another database name (the file's stem) is another parse: its relations are named apart.
+    key = flywheel_dbt.parse_profile
+    assert key({"FLYWHEEL_HOME": "/x"}) == key({"FLYWHEEL_HOME": "/y"})
+    assert key({"FLYWHEEL_WAREHOUSE_PATH": "/x/w.duckdb"}) != key({"FLYWHEEL_HOME": "/x"})
+    assert key({"FLYWHEEL_WAREHOUSE_DATABASE": "a"}) != key({"FLYWHEEL_WAREHOUSE_DATABASE": "b"})
