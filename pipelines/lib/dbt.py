@@ -158,8 +158,8 @@ PROFILE_SETTINGS = frozenset(
 _PARSE_OPTIONS = ("--target", "-t", "--profile", "--vars", "--profiles-dir", "--project-dir")
 
 
-def parse_profile(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The profile settings in `environ` that a parse of the project depends on.
+def parse_profile() -> tuple[tuple[str, str], ...]:
+    """The profile settings in the environment that a parse of the project depends on.
 
     A parse bakes the target's database into every relation. For DuckDB that is the warehouse
     file's name without its suffix, not its folder: a parse for one state folder names the
@@ -168,11 +168,12 @@ def parse_profile(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     check compares the whole profile, so its saved state still serves only the folder it was
     saved for.
     """
-    values = {k: v for k, v in environ.items() if k in PROFILE_SETTINGS}
-    # profiles.yml: FLYWHEEL_WAREHOUSE_PATH, else $FLYWHEEL_HOME/warehouse.duckdb.
-    path = values.pop("FLYWHEEL_WAREHOUSE_PATH", None)
+    # Imported here: pipelines.resources builds its dbt resource from this module.
+    from pipelines.resources import warehouse_path
+
+    values = {k: v for k, v in os.environ.items() if k in PROFILE_SETTINGS}
     values.pop("FLYWHEEL_HOME", None)
-    values["duckdb database"] = Path(path).stem if path else "warehouse"
+    values["FLYWHEEL_WAREHOUSE_PATH"] = Path(warehouse_path()).stem
     return tuple(sorted(values.items()))
 
 
@@ -188,7 +189,7 @@ def _manifest(args: Sequence[str]) -> Any:
     key = (
         str(project.resolve()),
         tuple(options),
-        parse_profile(os.environ),
+        parse_profile(),
         parsed.stat().st_mtime if parsed.exists() else 0,
     )
     if key not in _manifests:

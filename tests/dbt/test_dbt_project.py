@@ -256,7 +256,14 @@ def test_one_parse_serves_warehouses_in_other_folders_and_each_build_writes_its_
         assert ("stg_landing__flights",) in views
 
     # Another database name (the file's stem) is another parse: its relations are named apart.
-    key = flywheel_dbt.parse_profile
-    assert key({"FLYWHEEL_HOME": "/x"}) == key({"FLYWHEEL_HOME": "/y"})
-    assert key({"FLYWHEEL_WAREHOUSE_PATH": "/x/w.duckdb"}) != key({"FLYWHEEL_HOME": "/x"})
-    assert key({"FLYWHEEL_WAREHOUSE_DATABASE": "a"}) != key({"FLYWHEEL_WAREHOUSE_DATABASE": "b"})
+    def key(**settings: str) -> tuple:
+        with monkeypatch.context() as patch:
+            for name in ("FLYWHEEL_HOME", "FLYWHEEL_WAREHOUSE_PATH", "FLYWHEEL_WAREHOUSE_DATABASE"):
+                patch.delenv(name, raising=False)
+            for name, value in settings.items():
+                patch.setenv(name, value)
+            return flywheel_dbt.parse_profile()
+
+    assert key(FLYWHEEL_HOME="/x") == key(FLYWHEEL_HOME="/y")
+    assert key(FLYWHEEL_WAREHOUSE_PATH="/x/w.duckdb") != key(FLYWHEEL_HOME="/x")
+    assert key(FLYWHEEL_WAREHOUSE_DATABASE="a") != key(FLYWHEEL_WAREHOUSE_DATABASE="b")
