@@ -10,10 +10,15 @@ optimisation counts the step as usual.
 
 Where a graph cannot be used (no CUDA device, or its capture failed) the step runs eagerly: the
 same forward, backward and clipping, said once in the log with the reason.
+
+Python's cyclic garbage collector is off during a capture. A collection there can free an
+earlier fit's graphs (a tuning process fits many models), and destroying a graph while a stream
+captures is forbidden: it fails the capture. PyTorch no longer collects before a capture.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -139,6 +144,8 @@ class GraphedStep:
         # replay overwrites them, so they are never zeroed.
         for param in self.params:
             param.grad = None
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=self._side_stream()), _autocast_without_cache():
@@ -148,12 +155,29 @@ class GraphedStep:
         except Exception as error:  # any capture failure: logged, and the step runs eagerly
             for param in self.params:
                 param.grad = None
+            # Every step of this fit runs eagerly from now on, the shapes captured before too.
+            self.graphs.clear()
+            _leave_rng_capture()
             self._give_up(f"capture failed ({type(error).__name__}: {error})", error)
             return None
+        finally:
+            if collecting:
+                gc.enable()
         captured = _Graph(graph, inputs, loss.detach(), [p.grad for p in self.params])
         self.graphs[key] = captured
         log.info("training step captured as a CUDA graph for batch shapes %s", key)
         return captured
+
+
+def _leave_rng_capture() -> None:
+    """Take the CUDA generators out of capture mode, where a failed capture leaves them.
+
+    A capture that fails ends before PyTorch resets the generators' capture flag, and every
+    random op after it (dropout in an eager step) then fails. Each default generator gets a fresh
+    state with the same seed and offset.
+    """
+    for generator in torch.cuda.default_generators:
+        generator.graphsafe_set_state(generator.clone_state())
 
 
 def _autocast_without_cache() -> AbstractContextManager[object]:

@@ -7,6 +7,7 @@ compare replayed graphs with eager steps on a GPU and only run where one is pres
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,7 +27,10 @@ from ml.training import plain_step_reason, train
 
 # Dropout on, clipping on (the default 1.0) and a short last batch (3000 rows, batch 256).
 MODEL = ModelConfig(arch="resmlp", width=32, depth=2, dropout=0.2)
-CONFIG = TrainConfig(max_epochs=3, batch_size=256, lr=3e-3, early_stopping_patience=None)
+# On the CPU, also where a GPU is present; the CUDA tests below ask for the GPU.
+CONFIG = TrainConfig(
+    max_epochs=3, batch_size=256, lr=3e-3, early_stopping_patience=None, accelerator="cpu"
+)
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -119,9 +123,15 @@ def test_a_failed_capture_is_logged_once_and_the_step_goes_on_eagerly(
 ) -> None:
     net, reference = _net(), _net()
     step = GraphedStep(_loss_of(net), list(net.parameters()), clip=1.0)
-    # As on a CUDA device after its warm-up: the next step tries a capture, which fails here.
+    # As on a CUDA device after its warm-up: the next step tries a capture, which fails.
     monkeypatch.setattr(ml.graphed, "WARMUP_STEPS", 0)
     monkeypatch.setattr(GraphedStep, "_on_cuda", lambda self, batch: True)
+
+    def no_graph() -> None:
+        # Fails on every machine: with CUDA present, capturing CPU work would succeed, empty.
+        raise RuntimeError("CUDA graphs are not supported here")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", no_graph)
 
     with caplog.at_level(logging.WARNING, logger="ml.graphed"):
         losses = [step(_batch(32, seed=s)).item() for s in range(3)]
@@ -205,3 +215,71 @@ def test_a_step_replays_its_graph_after_warm_up_on_cuda() -> None:
     assert len(step.graphs) == 2
     assert step.replays == len(shapes) - step.eager_steps
     assert step.eager_steps == 2 * ml.graphed.WARMUP_STEPS
+
+
+def _dropout_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Dropout(0.3), nn.Linear(8, 1))
+
+
+@cuda
+def test_a_collection_during_a_capture_leaves_it_intact() -> None:
+    # A tuning process fits model after model: an earlier fit's step, graphs and all, becomes
+    # garbage in a reference cycle. Collecting it frees its graphs, which CUDA forbids while a
+    # stream captures.
+    batch = [t.cuda() for t in _batch(32, seed=0)]
+    old_net = _net().cuda()
+    old = GraphedStep(_loss_of(old_net), list(old_net.parameters()), clip=1.0)
+    for _ in range(ml.graphed.WARMUP_STEPS + 1):
+        old(batch)
+    assert old.graphs
+    holder = [old]
+    del old, old_net
+
+    net = _net().cuda()
+    loss_of = _loss_of(net)
+
+    def loss(b: list[torch.Tensor]) -> torch.Tensor:
+        if torch.cuda.is_current_stream_capturing() and holder:
+            # Mid-capture, the earlier step becomes garbage held only by a new cycle, which
+            # the youngest generation's next collection frees.
+            cycle: list[object] = [holder.pop()]
+            cycle.append(cycle)
+            del cycle
+            _ = [[] for _ in range(10)]  # allocations: such a collection would run here
+        return loss_of(b)
+
+    step = GraphedStep(loss, list(net.parameters()), clip=1.0)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)  # every allocation may start a full collection
+    try:
+        for _ in range(ml.graphed.WARMUP_STEPS + 2):
+            step(batch)
+    finally:
+        gc.set_threshold(*thresholds)
+    assert step.eager_reason is None and len(step.graphs) == 1 and step.replays == 2
+    assert not holder
+
+
+@cuda
+def test_a_failed_capture_on_cuda_leaves_random_ops_working(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    net = _dropout_net().cuda()
+    loss_of = _loss_of(net)
+
+    def loss(b: list[torch.Tensor]) -> torch.Tensor:
+        if torch.cuda.is_current_stream_capturing():
+            torch.cuda.synchronize()  # forbidden while capturing: the capture fails
+        return loss_of(b)
+
+    step = GraphedStep(loss, list(net.parameters()), clip=1.0)
+    shapes = [32] * (ml.graphed.WARMUP_STEPS + 3)
+    with caplog.at_level(logging.WARNING, logger="ml.graphed"):
+        losses = [step([t.cuda() for t in _batch(n, seed=i)]) for i, n in enumerate(shapes)]
+    assert step.eager_reason is not None and step.eager_reason.startswith("capture failed (")
+    assert (step.replays, step.graphs, step.eager_steps) == (0, {}, len(shapes))
+    assert all(torch.isfinite(x) for x in losses)
+    assert len(caplog.records) == 1
+    # Dropout, and any random op, still runs outside a capture.
+    assert torch.nn.functional.dropout(torch.ones(1000, device="cuda"), 0.5).sum() > 0
