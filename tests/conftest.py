@@ -8,9 +8,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,6 +29,9 @@ class S3Env(NamedTuple):
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[str]:
     """A moto S3 server on a free local port for the whole session; yields its endpoint URL."""
+    # Imported here, as boto3 below: tests/ml runs on a GPU machine that has only the ML stack.
+    from moto.server import ThreadedMotoServer
+
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -43,6 +44,8 @@ def s3_server() -> Iterator[str]:
 @pytest.fixture
 def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> S3Env:
     """Dummy AWS credentials for the local server and a fresh, empty bucket."""
+    import boto3
+
     # Keep any real AWS profile or credentials on the machine out of the tests.
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         monkeypatch.delenv(name, raising=False)

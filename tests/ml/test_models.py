@@ -114,7 +114,8 @@ def test_the_optimizer_is_fused_unless_lightning_clips_under_mixed_precision(
 ) -> None:
     # Lightning's mixed-precision plugin refuses to clip a fused optimizer's gradients.
     dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
-    module = build_module(dm, ModelConfig(width=32), TrainConfig())
+    # A CPU module for the CPU trainer (on a CUDA machine, "auto" would build the graphed one).
+    module = build_module(dm, ModelConfig(width=32), TrainConfig(accelerator="cpu"))
     trainer = L.Trainer(
         fast_dev_run=True,
         logger=False,
@@ -133,7 +134,12 @@ def test_checkpoint_alone_rebuilds_the_predictor(
     splits: dict[str, pd.DataFrame], tmp_path: Path
 ) -> None:
     dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
-    config = TrainConfig(max_epochs=2, checkpoint_dir=str(tmp_path), early_stopping_patience=None)
+    config = TrainConfig(
+        max_epochs=2,
+        checkpoint_dir=str(tmp_path),
+        early_stopping_patience=None,
+        accelerator="cpu",
+    )
     result = train(dm, ModelConfig(width=32, depth=1), config)
     assert result.best_checkpoint is not None and result.device == "cpu"
     predictor = load_predictor(result.best_checkpoint)

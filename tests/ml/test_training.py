@@ -98,7 +98,9 @@ def test_checkpoints_are_complete_after_training(
 ) -> None:
     dm = TabularDataModule(parquet_splits["train"], parquet_splits["val"], batch_size=512)
     ckpt_dir = tmp_path / "run"
-    config = TrainConfig(max_epochs=1, checkpoint_dir=str(ckpt_dir), batch_size=512)
+    config = TrainConfig(
+        max_epochs=1, checkpoint_dir=str(ckpt_dir), batch_size=512, accelerator="cpu"
+    )
     result = train(dm, ModelConfig(width=16, depth=1), config)
     assert sorted(os.listdir(ckpt_dir)) == ["epoch000.ckpt", LAST_CHECKPOINT]
     assert oct((ckpt_dir / LAST_CHECKPOINT).stat().st_mode & 0o777) == "0o644"

@@ -17,7 +17,8 @@ SPACE = SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",))
 GOOD = {"arch": "mlp", "width": 16, "depth": 1, "dropout": 0.0, "lr": 3e-2, "weight_decay": 1e-6}
 # A learning rate 300x smaller barely moves from the initial weights in two epochs.
 BAD = GOOD | {"lr": 1e-4}
-TRAIN = TrainConfig(max_epochs=2, batch_size=512, early_stopping_patience=None)
+# On the CPU, also where a GPU is present: the trials' device is asserted.
+TRAIN = TrainConfig(max_epochs=2, batch_size=512, early_stopping_patience=None, accelerator="cpu")
 
 
 @pytest.fixture(scope="module")
