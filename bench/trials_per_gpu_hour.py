@@ -2,9 +2,12 @@
 
 The same N trial configurations (a fixed spread over the search space, as a study would draw
 them) are split over K processes that train at once on the one device, as `TuneConfig.workers`
-tuning workers do; K = 1 runs them one after another. Trials per hour count from the first
-trial's start to the last one's end (process start-up, which a long study pays once, is left
-out and shown apart). The GPU's busy share is sampled through NVML over the same span.
+tuning workers do; K = 1 runs them one after another. The K workers start their trials
+together, once all have started up. Trials per hour count from that start to the last trial's
+end (process start-up, which a long study pays once, is left out and shown apart). The GPU's
+busy share is sampled through NVML over the same span. With NVIDIA's MPS daemon running
+(``nvidia-cuda-mps-control -d``) the K processes' kernels can run at the same time; without it
+they take turns.
 
 Needs only ``ml/``, torch, lightning, numpy, pandas, pyarrow (and the NVML bindings), so it runs
 as is on a GPU machine:
@@ -22,7 +25,9 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import asdict
 
 import torch
@@ -62,6 +67,8 @@ def worker(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
     )
     print(json.dumps({"ready": time.time()}), flush=True)
+    # Every worker's first trial starts together: the parent answers once all are ready.
+    sys.stdin.readline()
     for number, (model, lr) in enumerate(trial_configs(args.trials)):
         if number % args.workers != args.index:
             continue
@@ -72,6 +79,7 @@ def worker(args: argparse.Namespace) -> None:
             accelerator=args.device,
             early_stopping_patience=None,
             seed=number,
+            step=args.step,
         )
         start = time.time()
         result = train(dm, model, config)
@@ -94,23 +102,39 @@ def run_k(k: int, args: argparse.Namespace, sampler: BusySampler) -> dict[str, f
     options = [
         *("--workers", str(k), "--trials", str(args.trials), "--rows", str(args.rows)),
         *("--epochs", str(args.epochs), "--batch-size", str(args.batch_size)),
-        *("--device", args.device),
+        *("--device", args.device, "--step", args.step),
     ]
-    with sampler.sampling() as busy:
-        procs = [
-            subprocess.Popen(
-                [*command, str(i), *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-            )
-            for i in range(k)
-        ]
-        outputs = [p.communicate() for p in procs]
-    for proc, (_, err) in zip(procs, outputs, strict=True):
-        if proc.returncode != 0:
-            raise SystemExit(f"a worker failed ({proc.returncode}):\n{err.decode()[-3000:]}")
-    lines = [json.loads(x) for out, _ in outputs for x in out.decode().splitlines() if x.strip()]
+    # Standard error to files: a full pipe would stall a worker while another one is read.
+    with ExitStack() as files:
+        errs = [files.enter_context(tempfile.TemporaryFile()) for _ in range(k)]
+        with sampler.sampling() as busy:
+            procs = [
+                subprocess.Popen(
+                    [*command, str(i), *options],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                )
+                for i, err in enumerate(errs)
+            ]
+            # Each worker's first line says it is ready (b"" if it died starting up); then all go.
+            firsts = [p.stdout.readline() for p in procs]
+            go = time.time()
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.stdin.write(b"go\n")
+                    proc.stdin.flush()
+            outputs = [p.communicate()[0] for p in procs]
+        for proc, err in zip(procs, errs, strict=True):
+            if proc.returncode != 0:
+                err.seek(0)
+                tail = err.read().decode()[-3000:]
+                raise SystemExit(f"a worker failed ({proc.returncode}):\n{tail}")
+    texts = [first + out for first, out in zip(firsts, outputs, strict=True)]
+    lines = [json.loads(x) for out in texts for x in out.decode().splitlines() if x.strip()]
     trials = [x for x in lines if "trial" in x]
     ready = max(x["ready"] for x in lines if "ready" in x)
-    first, last = min(t["start"] for t in trials), max(t["end"] for t in trials)
+    first, last = go, max(t["end"] for t in trials)
     inside = [v for t, v in busy if first <= t <= last]
     peaks = [t["peak_mib"] for t in trials if t["peak_mib"] is not None]
     return {
@@ -125,6 +149,12 @@ def run_k(k: int, args: argparse.Namespace, sampler: BusySampler) -> dict[str, f
     }
 
 
+def _mps() -> str:
+    """Whether NVIDIA's MPS control daemon is running (its pipe directory's control file)."""
+    pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    return "on" if os.path.exists(os.path.join(pipes, "control")) else "off"
+
+
 def main() -> None:
     """Run every K and print trials per hour beside K = 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -134,6 +164,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--device", default="gpu" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--step", choices=["auto", "graphed", "plain"], default="auto")
     parser.add_argument("--worker", type=int, dest="index", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -150,9 +181,9 @@ def main() -> None:
     base = results[0]["trials_per_hour"]
     print(
         f"\ndevice={device} rows={args.rows:,} epochs={args.epochs} batch={args.batch_size} "
-        f"trials={args.trials}\n"
+        f"trials={args.trials} step={args.step} mps={_mps()}\n"
     )
-    print("| K | trials | s (first start to last end) | trials per hour | x K=1 | GPU busy % |")
+    print("| K | trials | s (start to last end) | trials per hour | x K=1 | GPU busy % |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
         busy = f"{r['busy']:.0f}" if r["busy"] is not None else "n/a"
