@@ -144,6 +144,9 @@ class GraphedStep:
         # replay overwrites them, so they are never zeroed.
         for param in self.params:
             param.grad = None
+        # A capture that fails as it ends leaves its stream current (torch.cuda.graph ends the
+        # capture before it restores the stream): the eager steps after it go back to this one.
+        caller = torch.cuda.current_stream() if torch.cuda.is_available() else None
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -157,6 +160,8 @@ class GraphedStep:
                 param.grad = None
             # Every step of this fit runs eagerly from now on, the shapes captured before too.
             self.graphs.clear()
+            if caller is not None:
+                torch.cuda.set_stream(caller)
             _leave_rng_capture()
             self._give_up(f"capture failed ({type(error).__name__}: {error})", error)
             return None
@@ -174,7 +179,8 @@ def _leave_rng_capture() -> None:
 
     A capture that fails ends before PyTorch resets the generators' capture flag, and every
     random op after it (dropout in an eager step) then fails. Each default generator gets a fresh
-    state with the same seed and offset.
+    state with the same seed and offset. Graphs captured before keep the old state, so none of
+    them may replay afterwards: the step drops its own, and an earlier fit's are not replayed.
     """
     for generator in torch.cuda.default_generators:
         generator.graphsafe_set_state(generator.clone_state())

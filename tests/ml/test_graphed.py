@@ -42,11 +42,10 @@ def datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
 def test_graphed_step_on_cpu_runs_eagerly_with_the_plain_steps_results(
     datamodule: TabularDataModule, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # On the CPU even where a GPU is present: the eager fallback is what this checks.
-    config = replace(CONFIG, accelerator="cpu")
-    plain = train(datamodule, MODEL, replace(config, step="plain"))
+    # On the CPU (CONFIG) even where a GPU is present: the eager fallback is what this checks.
+    plain = train(datamodule, MODEL, replace(CONFIG, step="plain"))
     with caplog.at_level(logging.WARNING, logger="ml.graphed"):
-        graphed = train(datamodule, MODEL, replace(config, step="graphed"))
+        graphed = train(datamodule, MODEL, replace(CONFIG, step="graphed"))
 
     assert graphed.optimizer_steps == plain.optimizer_steps == 3 * 12  # ceil(3000 / 256) a epoch
     assert graphed.history == plain.history
@@ -158,12 +157,11 @@ def test_weighted_rows_give_the_plain_steps_results_on_cpu(
     splits: dict[str, pd.DataFrame],
 ) -> None:
     dm = weighted_datamodule(splits)
-    config = replace(CONFIG, accelerator="cpu")
-    plain = train(dm, MODEL, replace(config, step="plain"))
-    graphed = train(dm, MODEL, replace(config, step="graphed"))
+    plain = train(dm, MODEL, replace(CONFIG, step="plain"))
+    graphed = train(dm, MODEL, replace(CONFIG, step="graphed"))
     assert graphed.history == plain.history
     unweighted = train(
-        TabularDataModule(splits["train"], splits["val"], batch_size=256), MODEL, config
+        TabularDataModule(splits["train"], splits["val"], batch_size=256), MODEL, CONFIG
     )
     assert plain.history != unweighted.history
 
@@ -281,5 +279,7 @@ def test_a_failed_capture_on_cuda_leaves_random_ops_working(
     assert (step.replays, step.graphs, step.eager_steps) == (0, {}, len(shapes))
     assert all(torch.isfinite(x) for x in losses)
     assert len(caplog.records) == 1
+    # The eager steps ran where the caller's work runs, not on the failed capture's stream.
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
     # Dropout, and any random op, still runs outside a capture.
     assert torch.nn.functional.dropout(torch.ones(1000, device="cuda"), 0.5).sum() > 0
