@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import asdict
 
 import torch
@@ -82,6 +82,8 @@ def worker(args: argparse.Namespace) -> None:
             seed=number,
             step=args.step,
         )
+        if args.device == "gpu":
+            torch.cuda.reset_peak_memory_stats()  # each trial's own peak
         start = time.time()
         result = train(dm, model, config)
         peak = torch.cuda.max_memory_allocated() / 2**20 if args.device == "gpu" else None
@@ -122,13 +124,17 @@ def run_k(k: int, args: argparse.Namespace, sampler: BusySampler) -> dict[str, f
             # Each worker's first line says it is ready (b"" if it died starting up); then all go.
             firsts = [p.stdout.readline() for p in procs]
             go = time.time()
+            started = all(firsts)
             for proc in procs:
-                if proc.poll() is None:
+                if not started:
+                    proc.kill()  # one failed to start: the others are not run for nothing
+                    continue
+                with suppress(BrokenPipeError):  # one that died just now: its error follows
                     proc.stdin.write(b"go\n")
                     proc.stdin.flush()
             outputs = [p.communicate()[0] for p in procs]
-        for proc, err in zip(procs, errs, strict=True):
-            if proc.returncode != 0:
+        for proc, err, first in zip(procs, errs, firsts, strict=True):
+            if proc.returncode != 0 and (started or not first):
                 err.seek(0)
                 tail = err.read().decode()[-3000:]
                 raise SystemExit(f"a worker failed ({proc.returncode}):\n{tail}")
@@ -202,7 +208,7 @@ def main() -> None:
     print(", ".join(f"K={r['k']}: {r['startup_s']:.1f}" for r in results))
     peaks = [f"K={r['k']}: {r['peak_mib']:,.0f}" for r in results if r["peak_mib"] is not None]
     if peaks:
-        print("peak MiB allocated by one worker:", ", ".join(peaks))
+        print("peak MiB allocated by one trial (the largest):", ", ".join(peaks))
 
 
 if __name__ == "__main__":
