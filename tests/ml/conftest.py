@@ -1,4 +1,5 @@
-"""Fixtures: the synthetic splits (tests/conftest.py) as Parquet files; a killed run."""
+"""Fixtures: the synthetic splits (tests/conftest.py) as Parquet files; a killed run; the check
+of what ml imports."""
 
 from __future__ import annotations
 
@@ -22,6 +23,19 @@ def parquet_splits(tmp_path: Path, splits: dict[str, pd.DataFrame]) -> dict[str,
 
 
 REPO = Path(__file__).resolve().parents[2]
+# What ml trains with. What they import themselves is theirs: on a machine whose Lightning pulls
+# in scikit-learn (the GPU image's does), ml importing Lightning is still all right.
+ML_DEPENDENCIES = "torch, lightning, numpy, pandas, pyarrow"
+
+
+def imports_check(dependencies: str, code: str, forbidden: tuple[str, ...]) -> str:
+    """Python source that imports `dependencies`, runs `code` and fails if `code` imported any
+    of `forbidden` beyond what the dependencies had."""
+    return (
+        f"import sys; import {dependencies}; before = set(sys.modules); {code}; "
+        f"bad = [m for m in {forbidden!r} if m in set(sys.modules) - before]; "
+        "assert not bad, f'imported {bad}'"
+    )
 
 
 def run_until_killed(script: str, splits: dict[str, Path], out: Path) -> None:

@@ -10,20 +10,16 @@ import re
 import subprocess
 import sys
 
-from tests.ml.conftest import REPO
+from tests.ml.conftest import ML_DEPENDENCIES, REPO, imports_check
 
 FORBIDDEN = ("dagster", "optuna", "mlflow", "sklearn", "pipelines", "sim")
 
 
 def _run(*args: str) -> str:
-    # What the GPU machine's own packages import is theirs (its Lightning pulls in sklearn).
-    check = (
-        "import runpy, sys; import torch, lightning, numpy, pandas, pyarrow; "
-        "before = set(sys.modules); sys.argv = sys.argv[1:]; "
-        "runpy.run_module(sys.argv[0], run_name='__main__'); "
-        f"bad = [m for m in {FORBIDDEN!r} if m in set(sys.modules) - before]; "
-        "assert not bad, f'imported {bad}'"
+    run = (
+        "import runpy; sys.argv = sys.argv[1:]; runpy.run_module(sys.argv[0], run_name='__main__')"
     )
+    check = imports_check(ML_DEPENDENCIES, run, FORBIDDEN)
     result = subprocess.run(
         [sys.executable, "-c", check, *args],
         cwd=REPO,

@@ -74,9 +74,10 @@ def test_auto_is_plain_without_a_single_cuda_device(monkeypatch: pytest.MonkeyPa
         plain_step_reason(TrainConfig(step="graphed", accumulate_grad_batches=4))
 
 
-def _net() -> nn.Module:
+def _net(dropout: bool = False) -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 1))
+    middle = [nn.Dropout(0.3)] if dropout else []
+    return nn.Sequential(nn.Linear(4, 8), nn.GELU(), *middle, nn.Linear(8, 1))
 
 
 def _batch(rows: int, seed: int) -> list[torch.Tensor]:
@@ -215,11 +216,6 @@ def test_a_step_replays_its_graph_after_warm_up_on_cuda() -> None:
     assert step.eager_steps == 2 * ml.graphed.WARMUP_STEPS
 
 
-def _dropout_net() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Dropout(0.3), nn.Linear(8, 1))
-
-
 @cuda
 def test_a_collection_during_a_capture_leaves_it_intact() -> None:
     # A tuning process fits model after model: an earlier fit's step, graphs and all, becomes
@@ -263,7 +259,7 @@ def test_a_collection_during_a_capture_leaves_it_intact() -> None:
 def test_a_failed_capture_on_cuda_leaves_random_ops_working(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    net = _dropout_net().cuda()
+    net = _net(dropout=True).cuda()
     loss_of = _loss_of(net)
 
     def loss(b: list[torch.Tensor]) -> torch.Tensor:

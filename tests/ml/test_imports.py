@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.ml.conftest import ML_DEPENDENCIES, imports_check
+
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("dagster", "optuna", "mlflow", "pipelines", "sim")
 # (ml's modules, the dependencies they may import first, what they must not import besides).
-# What the dependencies import themselves is theirs: on a machine whose Lightning pulls in
-# scikit-learn (the GPU image's does), ml importing Lightning is still all right.
 CASES = {
     "core": (
         "ml, ml.data, ml.models, ml.training, ml.inference, ml.metrics",
-        "torch, lightning, numpy, pandas, pyarrow",
+        ML_DEPENDENCIES,
         (*SERVICES, "sklearn"),
     ),
     # Evaluation, drift and the gate run beside Dagster assets and sensors: numpy and pandas
@@ -31,11 +31,7 @@ CASES = {
 def test_import_pulls_in_no_heavy_dependencies(
     modules: str, allowed: str, forbidden: tuple[str, ...]
 ) -> None:
-    check = (
-        f"import sys; import {allowed}; before = set(sys.modules); import {modules}; "
-        f"bad = [m for m in {forbidden!r} if m in set(sys.modules) - before]; "
-        "assert not bad, bad"
-    )
+    check = imports_check(allowed, f"import {modules}", forbidden)
     result = subprocess.run(
         [sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=120
     )
