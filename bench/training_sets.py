@@ -2,6 +2,7 @@
 
     python -m bench.training_sets --home DIR [--every-days 28] [--exponents 0,0.5,1]
                                   [--half-lives 60,120] [--windows 90,180] [--seeds 3]
+                                  [--encodings standard,quantile]
 
 Reads a finished main job's warehouse (its FLYWHEEL_HOME): the labels it bought, each with why it
 was picked, and every flight it played. On a cut day every `--every-days` days, the labels known
@@ -12,7 +13,9 @@ HistGradientBoosting, once per variant of the training set:
 - each importance exponent (`pipelines.labeling.selection.importance_weights`: 0 weighs every
   label alike, 1 is the Horvitz-Thompson weighting of the audit labels);
 - each recency half-life in days (a label `age` days before the cut weighs 0.5^(age/half-life));
-- each window in days (only the labels of that many days before the cut).
+- each window in days (only the labels of that many days before the cut);
+- each numeric encoding of the network's inputs after the first (`ml.config.FeatureConfig`'s
+  `numeric_encoding`; the GBDT, which splits on ranks, is the same for every encoding).
 
 The network trains on those labels but the last 7 labelled days (its early stopping's), the
 GBDT on all of them; variants are compared model by model. Each model then scores every flight
@@ -37,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from bench import quiet_lightning
-from ml.config import FeatureConfig, TrainConfig
+from ml.config import FeatureConfig, ModelConfig, TrainConfig
 from ml.metrics import auroc, logloss
 
 HORIZON_DAYS = 14
@@ -73,6 +76,8 @@ def network_scores(
     features: FeatureConfig,
     epochs: int,
     seed: int,
+    ema_decay: float | None = None,
+    members: int = 1,
 ) -> np.ndarray:
     """Fit the network on `train` (early stopping on `val`); its probabilities for `scored`."""
     from ml.data import TabularDataModule
@@ -87,8 +92,9 @@ def network_scores(
             seed=seed,
             early_stopping_patience=3,
             checkpoint_dir=checkpoints,
+            ema_decay=ema_decay,
         )
-        result = fit(datamodule, train_config=config)
+        result = fit(datamodule, ModelConfig(members=members), config)
         return load_predictor(result.best_checkpoint).predict_proba(scored)
 
 
@@ -112,6 +118,9 @@ class Variant:
     exponent: float = 0.0
     half_life: float | None = None
     window: int | None = None
+    encoding: str | None = None  # the network's numeric encoding; None: the first one named
+    ema_decay: float | None = None  # the network's weights averaged (TrainConfig.ema_decay)
+    members: int = 1  # networks in the model (ModelConfig.members), trained side by side
 
     def weights(self, known: pd.DataFrame, cut, day_sizes: pd.Series) -> np.ndarray:
         from pipelines.labeling.selection import REASON_COLUMN, importance_weights
@@ -132,6 +141,17 @@ def variants(args: argparse.Namespace) -> list[Variant]:
     against)."""
     exponents = [float(e) for e in args.exponents.split(",")]
     chosen = [Variant(f"exponent {e:g}", exponent=e) for e in exponents]
+    chosen += [
+        Variant(f"{e} encoding", exponent=exponents[0], encoding=e)
+        for e in args.encodings.split(",")[1:]
+    ]
+    chosen += [
+        Variant(f"EMA {d:g}", exponent=exponents[0], ema_decay=d) for d in _numbers(args.ema_decays)
+    ]
+    chosen += [
+        Variant(f"{m:g} members", exponent=exponents[0], members=int(m))
+        for m in _numbers(args.members)
+    ]
     chosen += [
         Variant(f"half-life {h:g} d", exponent=exponents[0], half_life=float(h))
         for h in _numbers(args.half_lives)
@@ -154,6 +174,13 @@ def main() -> None:
     parser.add_argument("--exponents", default="0,0.5,1", help="importance exponents")
     parser.add_argument("--half-lives", default="60,120", help="recency half-lives, days")
     parser.add_argument("--windows", default="90,180", help="training windows, days")
+    parser.add_argument(
+        "--encodings",
+        default="standard",
+        help="the network's numeric encodings: the first for every variant, the others compared",
+    )
+    parser.add_argument("--ema-decays", default="", help="the network's weight-averaging decays")
+    parser.add_argument("--members", default="", help="networks per model, trained side by side")
     parser.add_argument("--max-epochs", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=3, help="network fits per cut and variant")
     args = parser.parse_args()
@@ -166,7 +193,9 @@ def main() -> None:
     from pipelines.model_spec import load_model_spec
 
     spec = load_model_spec(load_task())
-    weighted = replace(spec.features, weight=WEIGHT_COLUMN)
+    weighted = replace(
+        spec.features, weight=WEIGHT_COLUMN, numeric_encoding=args.encodings.split(",")[0]
+    )
     examples, flights = load(args.home)
     day_sizes = flights.groupby("flight_date").size()
     print(
@@ -190,8 +219,20 @@ def main() -> None:
             val_start = max(frame.flight_date) - pd.Timedelta(days=VALIDATION_DAYS - 1)
             train = frame[frame.flight_date < val_start]
             val = frame[frame.flight_date >= val_start]
+            features = replace(
+                weighted, numeric_encoding=variant.encoding or weighted.numeric_encoding
+            )
             nets = [
-                network_scores(train, val, scored, weighted, args.max_epochs, seed)
+                network_scores(
+                    train,
+                    val,
+                    scored,
+                    features,
+                    args.max_epochs,
+                    seed,
+                    variant.ema_decay,
+                    variant.members,
+                )
                 for seed in range(args.seeds)
             ]
             weights = frame[WEIGHT_COLUMN].to_numpy()
@@ -200,6 +241,7 @@ def main() -> None:
             row |= {
                 "net_auc": np.mean([auroc(y, net) for net in nets]),
                 "net_logloss": np.mean([logloss(y, net) for net in nets]),
+                "ens_auc": auroc(y, np.mean(nets, axis=0)),
             }
             row |= {"gbdt_auc": auroc(y, gbdt), "gbdt_logloss": logloss(y, gbdt)}
             rows.append(row)
@@ -210,7 +252,7 @@ def main() -> None:
                 flush=True,
             )
     table = pd.DataFrame(rows)
-    metrics = ["net_auc", "net_logloss", "gbdt_auc", "gbdt_logloss"]
+    metrics = ["net_auc", "net_logloss", "ens_auc", "gbdt_auc", "gbdt_logloss"]
     order = [v.name for v in chosen]
     print(f"\nMeans over {table.cut.nunique()} cut days ({HORIZON_DAYS} days scored after each):")
     means = table.groupby("variant")[metrics].mean().loc[order]

@@ -65,6 +65,7 @@ def fit_challenger(
     checkpoint_dir: str,
     trial_callback: TrialCallback | None = None,
     launcher: WorkerLauncher | None = None,
+    members: int = 1,
 ) -> Challenger:
     """Tune on the train split, selecting on validation; then train the best parameters once
     more, with checkpoints in ``checkpoint_dir``, on the train and validation rows together for
@@ -75,9 +76,14 @@ def fit_challenger(
     dataset (a bootstrap's first weeks) would train on a third of its labels. ``metrics`` are
     the best trial's validation scores (it had not seen those rows), the baselines' are on the
     same split. Parallel workers (``tune_config.workers``) are started by ``launcher``.
+
+    With ``members`` above 1 the final fit trains that many networks of the best configuration
+    side by side, each from its own initialisation, and the challenger is their ensemble
+    (``ml.models.TabularEnsemble``); the trials train one network each.
     """
     tuning = tune(datamodule, tune_config, model_config, train_config, trial_callback, launcher)
     best_model, best_train = configs_from_params(tuning.best_params, model_config, train_config)
+    best_model = replace(best_model, members=members)
     chosen = best_epoch(tuning.best_history, train_config.monitor)
     best_train = replace(
         best_train,

@@ -1,5 +1,6 @@
 """Model shapes, a fast_dev_run smoke test and predictor reconstruction from a checkpoint."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import lightning as L
@@ -11,7 +12,7 @@ import torch
 from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.inference import load_predictor
-from ml.models import Dropout, TabularNet
+from ml.models import Dropout, TabularClassifier, TabularEnsemble, TabularNet
 from ml.training import build_module, train
 
 
@@ -151,3 +152,90 @@ def test_checkpoint_alone_rebuilds_the_predictor(
     p = np.clip(probs, eps, 1 - eps)
     logloss = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
     assert logloss == pytest.approx(result.best_metrics["val/logloss"], abs=1e-5)
+
+
+def test_an_ensemble_predicts_its_members_mean_probability() -> None:
+    torch.manual_seed(0)
+    config = ModelConfig(width=16, depth=1, members=3)
+    module = TabularClassifier([5, 7], 4, config).eval()
+    categorical = torch.randint(0, 5, (64, 2))
+    numeric = torch.randn(64, 4)
+    members = module.net.members
+    # Each member starts from its own draw, the first from the single network's.
+    torch.manual_seed(0)
+    single = TabularNet([5, 7], 4, replace(config, members=1))
+    assert torch.equal(single.head.weight, members[0].head.weight)
+    assert not torch.equal(members[0].head.weight, members[1].head.weight)
+    each = torch.stack([torch.sigmoid(m(categorical, numeric)) for m in members], dim=1)
+    proba = module.predict_proba(categorical, numeric)
+    assert torch.allclose(proba, each.mean(1), atol=1e-6)
+    # Where the members are sure (logits of +-40), the ensemble's logit stays finite and exact.
+    sure = torch.tensor([[40.0, 40.0, -40.0], [-40.0, -40.0, -40.0]])
+    module.net.member_logits = lambda *_: sure
+    logit = module(categorical[:2], numeric[:2])
+    assert torch.isfinite(logit).all()
+    assert torch.allclose(logit, torch.tensor([float(np.log(2.0)), -40.0]), atol=1e-5)
+
+
+def test_each_member_of_an_ensemble_gets_the_gradient_it_would_alone(
+    splits: dict[str, pd.DataFrame],
+) -> None:
+    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    torch.manual_seed(0)
+    ensemble = build_module(
+        dm, ModelConfig(width=16, depth=1, members=2, dropout=0.0), TrainConfig(accelerator="cpu")
+    )
+    ensemble._loss(batch).backward()
+    for member in ensemble.net.members:
+        alone = TabularClassifier(
+            dm.preprocessor.cardinalities,
+            dm.preprocessor.n_numeric_inputs,
+            ModelConfig(width=16, depth=1, dropout=0.0),
+        )
+        alone.net.load_state_dict(member.state_dict())
+        alone._loss(batch).backward()
+        for mine, theirs in zip(member.parameters(), alone.net.parameters(), strict=True):
+            assert torch.allclose(mine.grad, theirs.grad, atol=1e-6)
+
+
+def test_an_ensemble_checkpoint_alone_rebuilds_the_ensemble(
+    splits: dict[str, pd.DataFrame], tmp_path: Path
+) -> None:
+    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    config = TrainConfig(
+        max_epochs=2, checkpoint_dir=str(tmp_path), early_stopping_patience=None, accelerator="cpu"
+    )
+    result = train(dm, ModelConfig(width=16, depth=1, members=3), config)
+    predictor = load_predictor(result.best_checkpoint)
+    assert isinstance(predictor.module.net, TabularEnsemble)
+    assert len(predictor.module.net.members) == 3
+    # Its validation log loss, as recorded in training, is the averaged probability's.
+    y = splits["val"]["is_late"].to_numpy()
+    p = np.clip(predictor.predict_proba(splits["val"]), 1e-7, 1 - 1e-7)
+    logloss = -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))
+    assert logloss == pytest.approx(result.best_metrics["val/logloss"], abs=1e-5)
+
+
+def test_an_ensembles_train_loss_is_one_members(splits: dict[str, pd.DataFrame]) -> None:
+    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    module = build_module(
+        dm, ModelConfig(width=16, depth=1, members=3), TrainConfig(accelerator="cpu")
+    )
+    with torch.no_grad():
+        for member in module.net.members:  # every member says 0.5: a loss of log 2 each
+            member.head.weight.zero_()
+            member.head.bias.zero_()
+    trainer = L.Trainer(
+        fast_dev_run=True, logger=False, enable_progress_bar=False, accelerator="cpu"
+    )
+    trainer.fit(module, datamodule=dm)
+    assert float(trainer.callback_metrics["train/loss"]) == pytest.approx(np.log(2), abs=1e-5)
+
+
+def test_one_member_is_the_single_network() -> None:
+    module = TabularClassifier([5], 2, ModelConfig(width=8, depth=1))
+    assert isinstance(module.net, TabularNet) and module.members == 1
+    with pytest.raises(ValueError, match="members must be at least 1"):
+        TabularClassifier([5], 2, ModelConfig(members=0))
