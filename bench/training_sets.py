@@ -2,7 +2,7 @@
 
     python -m bench.training_sets --home DIR [--every-days 28] [--exponents 0,0.5,1]
                                   [--half-lives 60,120] [--windows 90,180] [--seeds 3]
-                                  [--encodings standard,quantile]
+                                  [--members 2,3]
 
 Reads a finished main job's warehouse (its FLYWHEEL_HOME): the labels it bought, each with why it
 was picked, and every flight it played. On a cut day every `--every-days` days, the labels known
@@ -14,14 +14,16 @@ HistGradientBoosting, once per variant of the training set:
   label alike, 1 is the Horvitz-Thompson weighting of the audit labels);
 - each recency half-life in days (a label `age` days before the cut weighs 0.5^(age/half-life));
 - each window in days (only the labels of that many days before the cut);
-- each numeric encoding of the network's inputs after the first (`ml.config.FeatureConfig`'s
-  `numeric_encoding`; the GBDT, which splits on ranks, is the same for every encoding).
+- each number of networks averaged in the model (`ml.config.ModelConfig`'s `members`: trained
+  side by side from their own initialisations; the GBDT is the same for every count).
 
 The network trains on those labels but the last 7 labelled days (its early stopping's), the
 GBDT on all of them; variants are compared model by model. Each model then scores every flight
 of the 14 days from the cut day, whose outcomes only the simulator knows. It prints the AUC and
-log loss per cut day and variant, their means, each variant's mean difference from the first
-with how many cut days it won, and the GBDT's AUC on the uniformly drawn labels alone.
+log loss per cut day and variant, their means (and `ens_auc`, the AUC of the seeds' networks'
+mean probability: what averaging independently trained networks gives), each variant's mean
+difference from the first with how many cut days it won, and the GBDT's AUC on the uniformly
+drawn labels alone.
 
 The labels were picked by the run's own models, so this replays the training sets, not the
 loop: a model trained otherwise would also have picked other flights.
@@ -76,7 +78,6 @@ def network_scores(
     features: FeatureConfig,
     epochs: int,
     seed: int,
-    ema_decay: float | None = None,
     members: int = 1,
 ) -> np.ndarray:
     """Fit the network on `train` (early stopping on `val`); its probabilities for `scored`."""
@@ -92,7 +93,6 @@ def network_scores(
             seed=seed,
             early_stopping_patience=3,
             checkpoint_dir=checkpoints,
-            ema_decay=ema_decay,
         )
         result = fit(datamodule, ModelConfig(members=members), config)
         return load_predictor(result.best_checkpoint).predict_proba(scored)
@@ -118,8 +118,6 @@ class Variant:
     exponent: float = 0.0
     half_life: float | None = None
     window: int | None = None
-    encoding: str | None = None  # the network's numeric encoding; None: the first one named
-    ema_decay: float | None = None  # the network's weights averaged (TrainConfig.ema_decay)
     members: int = 1  # networks in the model (ModelConfig.members), trained side by side
 
     def weights(self, known: pd.DataFrame, cut, day_sizes: pd.Series) -> np.ndarray:
@@ -141,13 +139,6 @@ def variants(args: argparse.Namespace) -> list[Variant]:
     against)."""
     exponents = [float(e) for e in args.exponents.split(",")]
     chosen = [Variant(f"exponent {e:g}", exponent=e) for e in exponents]
-    chosen += [
-        Variant(f"{e} encoding", exponent=exponents[0], encoding=e)
-        for e in args.encodings.split(",")[1:]
-    ]
-    chosen += [
-        Variant(f"EMA {d:g}", exponent=exponents[0], ema_decay=d) for d in _numbers(args.ema_decays)
-    ]
     chosen += [
         Variant(f"{m:g} members", exponent=exponents[0], members=int(m))
         for m in _numbers(args.members)
@@ -174,12 +165,6 @@ def main() -> None:
     parser.add_argument("--exponents", default="0,0.5,1", help="importance exponents")
     parser.add_argument("--half-lives", default="60,120", help="recency half-lives, days")
     parser.add_argument("--windows", default="90,180", help="training windows, days")
-    parser.add_argument(
-        "--encodings",
-        default="standard",
-        help="the network's numeric encodings: the first for every variant, the others compared",
-    )
-    parser.add_argument("--ema-decays", default="", help="the network's weight-averaging decays")
     parser.add_argument("--members", default="", help="networks per model, trained side by side")
     parser.add_argument("--max-epochs", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=3, help="network fits per cut and variant")
@@ -193,9 +178,7 @@ def main() -> None:
     from pipelines.model_spec import load_model_spec
 
     spec = load_model_spec(load_task())
-    weighted = replace(
-        spec.features, weight=WEIGHT_COLUMN, numeric_encoding=args.encodings.split(",")[0]
-    )
+    weighted = replace(spec.features, weight=WEIGHT_COLUMN)
     examples, flights = load(args.home)
     day_sizes = flights.groupby("flight_date").size()
     print(
@@ -219,18 +202,14 @@ def main() -> None:
             val_start = max(frame.flight_date) - pd.Timedelta(days=VALIDATION_DAYS - 1)
             train = frame[frame.flight_date < val_start]
             val = frame[frame.flight_date >= val_start]
-            features = replace(
-                weighted, numeric_encoding=variant.encoding or weighted.numeric_encoding
-            )
             nets = [
                 network_scores(
                     train,
                     val,
                     scored,
-                    features,
+                    weighted,
                     args.max_epochs,
                     seed,
-                    variant.ema_decay,
                     variant.members,
                 )
                 for seed in range(args.seeds)

@@ -55,11 +55,6 @@ class FeatureConfig:
     weight: str | None = None
     # Categories seen fewer times than this in train share the out-of-vocabulary bucket.
     min_category_frequency: int = 1
-    # How a numeric column reaches the network: "standard" (minus the train mean, over the train
-    # standard deviation) or "quantile" (its train quantile, as a standard normal's: a skewed or
-    # heavy-tailed column spreads evenly, and a value outside the train range is held at its
-    # edge).
-    numeric_encoding: Literal["standard", "quantile"] = "standard"
 
 
 @dataclass(frozen=True)
@@ -109,10 +104,6 @@ class TrainConfig:
     # automatic optimisation. "auto": graphed on one CUDA device without gradient accumulation
     # or fp16 loss scaling, plain elsewhere.
     step: Literal["auto", "graphed", "plain"] = "auto"
-    # An exponential moving average of the weights after every optimizer step, with this decay
-    # (Lightning's EMAWeightAveraging): validation, checkpoints and the trained model use the
-    # average. None: the weights as trained.
-    ema_decay: float | None = None
 
 
 @dataclass(frozen=True)

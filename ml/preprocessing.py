@@ -1,5 +1,4 @@
-"""Train-split-only preprocessing: categorical vocabularies and numeric standardisation or
-quantile encoding."""
+"""Train-split-only preprocessing: categorical vocabularies and numeric standardisation."""
 
 from __future__ import annotations
 
@@ -12,11 +11,6 @@ import pandas as pd
 from ml.config import FeatureConfig, config_from_dict, config_to_dict
 
 OOV_INDEX = 0
-# Quantiles kept per numeric column for `numeric_encoding: quantile` (fewer when the train split
-# has fewer observed values), and how close to 0 or 1 a quantile may come before it is mapped
-# to the standard normal (the ends stay finite: about +-5.2).
-N_QUANTILES = 256
-QUANTILE_BOUND = 1e-7
 
 
 @dataclass
@@ -24,19 +18,13 @@ class Preprocessor:
     """Maps a feature table to an int64 category matrix and a float32 numeric matrix.
 
     Categorical index 0 is the shared bucket for missing, rare and unseen values. Every numeric
-    column becomes two inputs: its encoded value (0 when missing) and a missing indicator. The
-    value is standardised, or with ``features.numeric_encoding == "quantile"`` its quantile among
-    the train split's values, mapped through the standard normal's inverse distribution
-    function (scikit-learn's ``QuantileTransformer(output_distribution="normal")``, ties at their
-    mid-rank): 0 is the train median.
+    column becomes two inputs: its standardised value (0 when missing) and a missing indicator.
     """
 
     features: FeatureConfig
     vocabularies: dict[str, list[str]]
     means: list[float]
     stds: list[float]
-    # Per numeric column, its train quantiles at evenly spaced ranks (quantile encoding only).
-    quantiles: list[list[float]] | None = None
 
     @classmethod
     def fit(cls, train: pd.DataFrame, features: FeatureConfig | None = None) -> Preprocessor:
@@ -55,15 +43,7 @@ class Preprocessor:
         stds = np.sqrt(sq)
         # A constant or all-missing column must not divide by zero at transform time.
         stds = np.where(stds > 1e-12, stds, 1.0)
-        quantiles = None
-        if features.numeric_encoding == "quantile":
-            quantiles = [_quantiles(values[:, j]) for j in range(values.shape[1])]
-        elif features.numeric_encoding != "standard":
-            raise ValueError(
-                f"numeric_encoding must be 'standard' or 'quantile', "
-                f"not {features.numeric_encoding!r}"
-            )
-        return cls(features, vocabularies, means.tolist(), stds.tolist(), quantiles)
+        return cls(features, vocabularies, means.tolist(), stds.tolist())
 
     @property
     def cardinalities(self) -> list[int]:
@@ -84,12 +64,7 @@ class Preprocessor:
             categorical[:, j] = codes.astype(np.int64) + 1
         values = _numeric_values(frame, self.features.numeric)
         missing = np.isnan(values)
-        if self.quantiles is None:
-            scaled = (values - np.asarray(self.means)) / np.asarray(self.stds)
-        else:
-            scaled = np.column_stack(
-                [_normal_scores(values[:, j], q) for j, q in enumerate(self.quantiles)]
-            ).reshape(values.shape)
+        scaled = (values - np.asarray(self.means)) / np.asarray(self.stds)
         scaled[missing] = 0.0
         numeric = np.concatenate([scaled, missing], axis=1).astype(np.float32)
         return categorical, numeric
@@ -128,7 +103,7 @@ class Preprocessor:
             "vocabularies": self.vocabularies,
             "means": self.means,
             "stds": self.stds,
-        } | ({} if self.quantiles is None else {"quantiles": self.quantiles})
+        }
 
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> Preprocessor:
@@ -138,7 +113,6 @@ class Preprocessor:
             vocabularies={k: list(v) for k, v in state["vocabularies"].items()},
             means=list(state["means"]),
             stds=list(state["stds"]),
-            quantiles=[list(q) for q in state["quantiles"]] if "quantiles" in state else None,
         )
 
 
@@ -156,29 +130,3 @@ def _numeric_values(frame: pd.DataFrame, columns: tuple[str, ...]) -> np.ndarray
     if not columns:
         return np.zeros((len(frame), 0), dtype=np.float64)
     return frame[list(columns)].to_numpy(dtype=np.float64, na_value=np.nan)
-
-
-def _quantiles(column: np.ndarray) -> list[float]:
-    """The observed values' quantiles at up to N_QUANTILES evenly spaced ranks ([] if none)."""
-    observed = column[~np.isnan(column)]
-    if not len(observed):
-        return []
-    ranks = np.linspace(0.0, 1.0, min(N_QUANTILES, len(observed)))
-    return np.quantile(observed, ranks).tolist()
-
-
-def _normal_scores(column: np.ndarray, quantiles: list[float]) -> np.ndarray:
-    """Each value's rank among ``quantiles`` as a standard normal score (0 for a column the train
-    split never observed). A value equal to several quantiles takes the middle of their ranks."""
-    if len(quantiles) < 2:
-        return np.zeros(len(column))
-    import torch  # the inverse normal distribution function; numpy has none
-
-    points = np.asarray(quantiles)
-    ranks = np.linspace(0.0, 1.0, len(points))
-    # Interpolated upwards and downwards: on a run of equal quantiles (a column mostly 0) the two
-    # give the run's first and last rank, and their mean its middle.
-    up = np.interp(column, points, ranks)
-    down = -np.interp(-column, -points[::-1], -ranks[::-1])
-    ranks = np.clip((up + down) / 2, QUANTILE_BOUND, 1 - QUANTILE_BOUND)
-    return torch.special.ndtri(torch.from_numpy(ranks)).numpy()

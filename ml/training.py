@@ -10,7 +10,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, EMAWeightAveraging, ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 from ml.callbacks import AtomicCheckpointIO, EpochSeed, MetricHistory
@@ -113,9 +113,6 @@ def build_module(
 def standard_callbacks(config: TrainConfig, extra: Sequence[L.Callback] = ()) -> list[L.Callback]:
     """Seeding, metric history, the caller's callbacks, early stopping and checkpointing."""
     callbacks: list[L.Callback] = [EpochSeed(config.seed), MetricHistory(config.monitor), *extra]
-    if config.ema_decay is not None:
-        # First: it swaps the average in before the others read validation or save a checkpoint.
-        callbacks.insert(0, EMAWeightAveraging(decay=config.ema_decay))
     if config.early_stopping_patience is not None:
         callbacks.append(
             EarlyStopping(config.monitor, patience=config.early_stopping_patience, mode="min")

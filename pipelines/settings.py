@@ -5,6 +5,8 @@ shell that starts it), so every run the daemon launches uses the same.
 - `FLYWHEEL_TRIALS`, `FLYWHEEL_MAX_EPOCHS`, `FLYWHEEL_VALIDATION_DAYS`, `FLYWHEEL_TEST_DAYS`: the
   retraining job's budget and held-out windows (its run config; a run may override them),
   default 4 trials of 12 epochs, 7 and 7 days.
+- `FLYWHEEL_MEMBERS`: networks in each challenger, trained side by side from their own
+  initialisations and averaged (a deep ensemble; the trials train one each), default 3.
 - `FLYWHEEL_TUNING_WORKERS`: worker processes tuning each challenger's study together (default
   1, in the training step's own process); more need an RDB study storage
   (`FLYWHEEL_OPTUNA_STORAGE`) for their heartbeats.
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 RETRAINING_SETTINGS = {
     "FLYWHEEL_TRIALS": ("challenger_model", "n_trials", 4),
     "FLYWHEEL_MAX_EPOCHS": ("challenger_model", "max_epochs", 12),
+    "FLYWHEEL_MEMBERS": ("challenger_model", "members", 3),
     "FLYWHEEL_VALIDATION_DAYS": ("training_dataset", "validation_days", 7),
     "FLYWHEEL_TEST_DAYS": ("training_dataset", "test_days", 7),
     "FLYWHEEL_TUNING_WORKERS": ("challenger_model", "workers", 1),

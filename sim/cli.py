@@ -77,6 +77,11 @@ def _play_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-epochs", type=_positive_int, help="epochs per trial (FLYWHEEL_MAX_EPOCHS, 12)"
     )
     parser.add_argument(
+        "--members",
+        type=_positive_int,
+        help="networks averaged in each challenger (FLYWHEEL_MEMBERS, 3)",
+    )
+    parser.add_argument(
         "--drift", type=_drift, help="plant a drift, e.g. celsius@2013-11-01 (weather in Celsius)"
     )
     parser.add_argument(
@@ -214,6 +219,7 @@ def status(env: str | None = None) -> int:
 FLAGS = {
     "FLYWHEEL_TRIALS": "trials",
     "FLYWHEEL_MAX_EPOCHS": "max_epochs",
+    "FLYWHEEL_MEMBERS": "members",
     "FLYWHEEL_VALIDATION_DAYS": "validation_days",
     "FLYWHEEL_TEST_DAYS": "test_days",
 }
@@ -251,6 +257,7 @@ def play_options(args: argparse.Namespace, **more: Any) -> RunOptions:
         bootstrap_days=args.bootstrap_days,
         trials=budget["FLYWHEEL_TRIALS"],
         max_epochs=budget["FLYWHEEL_MAX_EPOCHS"],
+        members=budget["FLYWHEEL_MEMBERS"],
         drift=args.drift,
         validation_days=budget["FLYWHEEL_VALIDATION_DAYS"],
         test_days=budget["FLYWHEEL_TEST_DAYS"],

@@ -48,6 +48,7 @@ class Comparison:
     bootstrap_days: int
     trials: int
     max_epochs: int
+    members: int
     validation_days: int
     test_days: int
     drift: str | None
@@ -75,6 +76,7 @@ def comparison_of(start: date, days: int, options: RunOptions) -> Comparison:
         options.bootstrap_days,
         options.trials,
         options.max_epochs,
+        options.members,
         options.validation_days,
         options.test_days,
         str(options.drift) if options.drift else None,
@@ -102,6 +104,7 @@ def _arguments(comparison: Comparison, policy: str, report: Path, baselines: boo
     args = ["run", "--policy", policy, "--start", comparison.start, "--days", str(comparison.days)]
     args += ["--bootstrap-days", str(comparison.bootstrap_days)]
     args += ["--trials", str(comparison.trials), "--max-epochs", str(comparison.max_epochs)]
+    args += ["--members", str(comparison.members)]
     args += ["--validation-days", str(comparison.validation_days)]
     args += ["--test-days", str(comparison.test_days), "--report-dir", str(report), "--brief"]
     if comparison.drift:
@@ -246,7 +249,8 @@ def write(
             f"in its own state folder under {out}: the first model after "
             f"{comparison.bootstrap_days} days, then only the policy's retraining triggers "
             f"({triggers}). "
-            f"Tuning budget {comparison.trials} trials x {comparison.max_epochs} epochs; planted "
+            f"Tuning budget {comparison.trials} trials x {comparison.max_epochs} epochs, "
+            f"challengers of {comparison.members} networks; planted "
             f"drift: {comparison.drift or 'none'}.",
             "## Summary\n\nMean weekly production AUC and log loss over the production weeks "
             "(every scored flight), the gain over the policy's own static model (its first), "

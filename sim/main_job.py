@@ -74,6 +74,7 @@ class RunOptions:
     bootstrap_days: int = 21
     trials: int = 4
     max_epochs: int = 12
+    members: int = 3
     drift: PlantedDrift | None = None
     report_dir: Path | None = None
     # How long a run waits for a pool slot held by another live run before it fails naming it.
@@ -95,6 +96,7 @@ class RunOptions:
     def run_configs(self) -> dict[str, dict]:
         """The operator's run config of the retraining job."""
         training = {"n_trials": self.trials, "max_epochs": self.max_epochs}
+        training["members"] = self.members
         windows = {"validation_days": self.validation_days, "test_days": self.test_days}
         ops = {
             "training_dataset": {"config": windows},
@@ -241,7 +243,8 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             f"{time.monotonic() - began:.0f} s wall time; production from {production_start}.",
             f"Static model: version {registered[0].version}, trained once on the first "
             f"{options.bootstrap_days} days. Retraining runs: {len(retrain_runs)}; tuning "
-            f"budget {options.trials} trials x {options.max_epochs} epochs.",
+            f"budget {options.trials} trials x {options.max_epochs} epochs, challengers of "
+            f"{options.members} networks.",
             "Driven by the Dagster daemon of the stack, a process per run."
             if options.daemon
             else "Driven in process.",

@@ -44,6 +44,9 @@ class TrainingConfig(dg.Config):
     n_trials: int = 6
     timeout_s: float | None = None
     max_epochs: int = TrainConfig.max_epochs
+    # Networks in the challenger: the best trial's configuration trained this many times side by
+    # side, from their own initialisations, and averaged (ml.models.TabularEnsemble).
+    members: int = 1
     seed: int = 0
     # Workers on the study (processes, or pods on Kubernetes); above 1 they need an RDB storage
     # (heartbeats, retries).
@@ -172,6 +175,7 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
                 checkpoints,
                 trial_callback=callback,
                 launcher=launcher,
+                members=config.members,
             )
             version = log_challenger(
                 tracker, run.info.run_id, challenger, dataset, registered, features
@@ -202,6 +206,7 @@ def log_challenger(
 
     fit = challenger.train_config
     settings = {"max_epochs": fit.max_epochs, "batch_size": fit.batch_size, "seed": fit.seed}
+    settings["members"] = challenger.model_config.members
     tracker.log_params(run_id, challenger.tuning.best_params | settings)
     baselines = {
         f"baseline/{name}/{metric}": value
