@@ -72,7 +72,10 @@ def play(code: Path, home: Path, args: argparse.Namespace) -> tuple[float, dict[
     print(f"  playing {args.days} days with the code in {code} (output: {log})", flush=True)
     began = time.monotonic()
     with log.open("w") as out:
-        done = subprocess.run(command, cwd=code, stdout=out, stderr=subprocess.STDOUT)
+        # One network per challenger, as code from before FLYWHEEL_MEMBERS trains (the setting
+        # is an environment variable: code that predates it ignores it).
+        env = {**os.environ, "FLYWHEEL_MEMBERS": "1"}
+        done = subprocess.run(command, cwd=code, env=env, stdout=out, stderr=subprocess.STDOUT)
     wall = time.monotonic() - began
     days, previous = {}, 0.0
     for line in log.read_text().splitlines():

@@ -100,7 +100,13 @@ def main() -> int:
         from sim.main_job import RunOptions, run
 
         report = home / "report"
-        options = RunOptions(args.bootstrap_days, args.trials, args.max_epochs, drift, report)
+        options = RunOptions(
+            bootstrap_days=args.bootstrap_days,
+            trials=args.trials,
+            max_epochs=args.max_epochs,
+            drift=drift,
+            report_dir=report,
+        )
         run(args.days, args.start, options)
         print(f"state and report under {home}")
     with dg.DagsterInstance.get() as instance:

@@ -65,7 +65,7 @@ def fit_challenger(
     checkpoint_dir: str,
     trial_callback: TrialCallback | None = None,
     launcher: WorkerLauncher | None = None,
-    members: int = 1,
+    members: int | None = None,
 ) -> Challenger:
     """Tune on the train split, selecting on validation; then train the best parameters once
     more, with checkpoints in ``checkpoint_dir``, on the train and validation rows together for
@@ -77,12 +77,17 @@ def fit_challenger(
     the best trial's validation scores (it had not seen those rows), the baselines' are on the
     same split. Parallel workers (``tune_config.workers``) are started by ``launcher``.
 
-    With ``members`` above 1 the final fit trains that many networks of the best configuration
-    side by side, each from its own initialisation, and the challenger is their ensemble
-    (``ml.models.TabularEnsemble``); the trials train one network each.
+    With ``members`` (default: ``model_config.members``) above 1 the final fit trains that many
+    networks of the best configuration side by side, each from its own initialisation, and the
+    challenger is their ensemble (``ml.models.TabularEnsemble``); the trials train one network
+    each.
     """
-    tuning = tune(datamodule, tune_config, model_config, train_config, trial_callback, launcher)
-    best_model, best_train = configs_from_params(tuning.best_params, model_config, train_config)
+    members = model_config.members if members is None else members
+    if members < 1:
+        raise ValueError(f"members must be at least 1, not {members}")
+    single = replace(model_config, members=1)
+    tuning = tune(datamodule, tune_config, single, train_config, trial_callback, launcher)
+    best_model, best_train = configs_from_params(tuning.best_params, single, train_config)
     best_model = replace(best_model, members=members)
     chosen = best_epoch(tuning.best_history, train_config.monitor)
     best_train = replace(

@@ -186,7 +186,8 @@ def build_net(cardinalities: list[int], n_numeric: int, config: ModelConfig) -> 
 
 
 class TabularClassifier(L.LightningModule):
-    """Trains TabularNet with BCE-with-logits and logs train/loss, val/loss, val/auroc, val/logloss.
+    """Trains a TabularNet (or a TabularEnsemble of them) with BCE-with-logits and logs
+    train/loss, val/loss, val/auroc, val/logloss.
 
     The fitted preprocessor state travels in every checkpoint, so a checkpoint alone rebuilds a
     predictor (see ``ml.inference.load_predictor``).
@@ -205,12 +206,16 @@ class TabularClassifier(L.LightningModule):
         model_config = model if isinstance(model, ModelConfig) else None
         if model_config is None:
             model_config = config_from_dict(ModelConfig, model) if model else ModelConfig()
-        # Plain dicts keep the hyperparameters loadable without this package's classes.
+        # Plain dicts keep the hyperparameters loadable without this package's classes; a single
+        # network's leave `members` out, so code from before ensembles still loads them.
+        model_state = config_to_dict(model_config)
+        if model_config.members == 1:
+            model_state.pop("members")
         self.save_hyperparameters(
             {
                 "cardinalities": list(cardinalities),
                 "n_numeric": n_numeric,
-                "model": config_to_dict(model_config),
+                "model": model_state,
                 "lr": lr,
                 "weight_decay": weight_decay,
             }

@@ -56,3 +56,40 @@ def test_the_challenger_is_the_best_trial_fitted_on_train_and_validation(
     # The registered model is the last epoch's, as trained (not the best on rows it learned).
     final = torch.load(challenger.checkpoint, weights_only=False)
     assert final["epoch"] == epochs - 1
+
+
+def test_a_challenger_of_several_members_is_tuned_with_one_network(
+    splits: dict[str, pd.DataFrame], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ml import challenger as module
+    from ml.inference import load_predictor
+    from ml.models import TabularEnsemble
+
+    tuned_with: list[int] = []
+    tune = module.tune
+
+    def recording_tune(datamodule, tune_config, model_config, *args, **kwargs):
+        tuned_with.append(model_config.members)
+        return tune(datamodule, tune_config, model_config, *args, **kwargs)
+
+    monkeypatch.setattr(module, "tune", recording_tune)
+    datamodule = TabularDataModule(splits["train"], splits["val"], batch_size=512)
+    config = TuneConfig(
+        n_trials=1, storage=str(tmp_path / "s.journal"), study_name="t", search_space=SPACE
+    )
+    train = TrainConfig(max_epochs=2, batch_size=512, accelerator="cpu")
+
+    # The base config's count, unless the call names another.
+    challenger = fit_challenger(
+        datamodule, config, ModelConfig(members=2), train, str(tmp_path / "a")
+    )
+    assert tuned_with == [1] and challenger.model_config.members == 2
+    net = load_predictor(challenger.checkpoint).module.net
+    assert isinstance(net, TabularEnsemble) and len(net.members) == 2
+    challenger = fit_challenger(
+        datamodule, config, ModelConfig(members=2), train, str(tmp_path / "b"), members=1
+    )
+    assert challenger.model_config.members == 1
+    with pytest.raises(ValueError, match="members must be at least 1"):
+        fit_challenger(datamodule, config, ModelConfig(), train, str(tmp_path / "c"), members=0)
+    assert tuned_with == [1, 1], "an invalid count fails before any trial"

@@ -177,12 +177,15 @@ def test_an_ensemble_predicts_its_members_mean_probability() -> None:
     assert torch.allclose(logit, torch.tensor([float(np.log(2.0)), -40.0]), atol=1e-5)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 def test_each_member_of_an_ensemble_gets_the_gradient_it_would_alone(
-    splits: dict[str, pd.DataFrame],
+    splits: dict[str, pd.DataFrame], weighted: bool
 ) -> None:
     dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
     dm.setup("fit")
-    batch = next(iter(dm.train_dataloader()))
+    batch = list(next(iter(dm.train_dataloader())))[:3]
+    if weighted:
+        batch.append(torch.rand(batch[2].shape[0]) * 2)
     torch.manual_seed(0)
     ensemble = build_module(
         dm, ModelConfig(width=16, depth=1, members=2, dropout=0.0), TrainConfig(accelerator="cpu")
@@ -237,5 +240,9 @@ def test_an_ensembles_train_loss_is_one_members(splits: dict[str, pd.DataFrame])
 def test_one_member_is_the_single_network() -> None:
     module = TabularClassifier([5], 2, ModelConfig(width=8, depth=1))
     assert isinstance(module.net, TabularNet) and module.members == 1
+    # Its saved configuration is what code from before ensembles wrote (and can load).
+    assert "members" not in module.hparams["model"]
+    assert TabularClassifier(**module.hparams).members == 1
+    assert TabularClassifier([5], 2, ModelConfig(members=2)).hparams["model"]["members"] == 2
     with pytest.raises(ValueError, match="members must be at least 1"):
         TabularClassifier([5], 2, ModelConfig(members=0))
