@@ -3,8 +3,9 @@
     python -m bench.drift_to_promotion --start 2013-09-01 --days 45 --drift celsius@2013-09-29
 
 Plays the main job (the same code as `make flywheel`) in a fresh FLYWHEEL_HOME with a planted
-drift, then reads the Dagster instance: when the drifted day's landing run started, when the
-drift sensor's retraining ran, and when the first promotion after the drift was recorded. It
+drift, then reads the Dagster instance: when the drifted day's landing run started, which days
+failed `raw_weather`'s humidity check (the feed's units) and when, when the drift sensor's
+retraining ran, and when the first promotion after the drift was recorded. It
 also prints the report's weekly production AUC of the flywheel beside the static model.
 The device is whatever Lightning picks (a GPU when there is one).
 """
@@ -42,6 +43,7 @@ def figures(instance: dg.DagsterInstance, drift_day: date) -> None:
         print(f"the drifted day {drift_day} was never ingested")
         return
     landed_at = min(r.start_time for r in landing)
+    humidity_figures(instance, drift_day, landed_at)
     retrainings = instance.get_run_records(dg.RunsFilter(job_name="retraining_job"), ascending=True)
     decisions = {
         r.run_id: r
@@ -71,6 +73,38 @@ def figures(instance: dg.DagsterInstance, drift_day: date) -> None:
             )
             return
     print("no model was promoted after the drift within the simulated period")
+
+
+def humidity_figures(instance: dg.DagsterInstance, drift_day: date, landed_at: float) -> None:
+    """Print the days whose daily run failed raw_weather's humidity check, and how soon after
+    the drifted day's landing run started its own failure was recorded."""
+    failed: dict[str, float] = {}
+    judged = 0
+    for record in instance.get_run_records(dg.RunsFilter(job_name="daily_warehouse_job")):
+        for entry in instance.all_logs(
+            record.dagster_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+        ):
+            evaluation = entry.dagster_event.event_specific_data
+            if evaluation.asset_key != dg.AssetKey("raw_weather"):
+                continue
+            if evaluation.check_name != "humidity":
+                continue
+            judged += 1
+            if not evaluation.passed:
+                day = str(evaluation.metadata["landing_date"].value)
+                failed[day] = min(failed.get(day, entry.timestamp), entry.timestamp)
+    before = sorted(d for d in failed if d < str(drift_day))
+    print(
+        f"humidity check: {judged} evaluations, failed on {len(failed)} days; before the drift: "
+        f"{', '.join(before) or 'none'}"
+    )
+    if str(drift_day) in failed:
+        print(
+            f"humidity check failed on the drifted day {drift_day}, "
+            f"{failed[str(drift_day)] - landed_at:.1f} s after its landing run started"
+        )
+    else:
+        print(f"the humidity check did not fail on the drifted day {drift_day}")
 
 
 def main() -> int:

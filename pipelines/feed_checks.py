@@ -1,4 +1,5 @@
-"""Volume and freshness of the daily landing feeds: their thresholds and the verdicts they give.
+"""Volume, freshness and (for weather) physical consistency of the daily landing feeds: their
+thresholds and the verdicts they give.
 
 Pure Python (no Dagster): the ingestion assets and the landing sensor turn verdicts into asset
 check results. Thresholds come from the task's `checks` section.
@@ -7,10 +8,13 @@ check results. Thresholds come from the task's `checks` section.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from statistics import median
 from typing import Literal
+
+import numpy as np
+import pandas as pd
 
 from pipelines.contracts import TaskSpec
 from pipelines.policy import build_settings
@@ -49,11 +53,31 @@ class FreshnessPolicy:
 
 
 @dataclass(frozen=True)
+class HumidityPolicy:
+    """A weather feed's reported relative humidity against the one its temperature and dew point
+    imply (the Magnus formula): a day whose median gap is over ``max_median_gap`` percentage
+    points reports one of the three in other units than its contract says. Plausible values
+    each, so no column's own bounds catch it (temperatures in Celsius, say)."""
+
+    temperature: str
+    dew_point: str
+    humidity: str
+    units: Literal["fahrenheit", "celsius"] = "fahrenheit"
+    max_median_gap: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.units not in ("fahrenheit", "celsius") or not self.max_median_gap > 0:
+            raise ValueError(f"units must be fahrenheit or celsius, max_median_gap above 0: {self}")
+
+
+@dataclass(frozen=True)
 class FeedChecks:
-    """The volume policy of each daily feed and the freshness policy of them all."""
+    """The volume policy of each daily feed, the freshness policy of them all, and the humidity
+    policy of the feeds that have one."""
 
     volume: dict[str, VolumePolicy]
     freshness: FreshnessPolicy
+    humidity: dict[str, HumidityPolicy] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -66,6 +90,17 @@ class VolumeVerdict:
     baseline_median: float | None
     ratio: float | None
     severity: Severity
+    reason: str
+
+
+@dataclass(frozen=True)
+class HumidityVerdict:
+    """One landing day of a weather feed judged: its median humidity gap."""
+
+    day: str
+    rows: int  # rows with all three readings
+    median_gap: float | None
+    passed: bool
     reason: str
 
 
@@ -86,7 +121,7 @@ def load_feed_checks(task: TaskSpec) -> FeedChecks:
     """The task's `checks` section: a volume policy per daily feed (with its overrides)."""
     section = dict(task.sections.get("checks") or {})
     where = f"{task.path}: checks"
-    if unknown := set(section) - {"volume", "freshness"}:
+    if unknown := set(section) - {"volume", "freshness", "humidity"}:
         raise ValueError(f"{where}: unknown sections {sorted(unknown)}")
     volume = dict(section.get("volume") or {})
     overrides = volume.pop("feeds", None) or {}
@@ -102,7 +137,19 @@ def load_feed_checks(task: TaskSpec) -> FeedChecks:
     }
     freshness = section.get("freshness") or {}
     freshness = build_settings(FreshnessPolicy, freshness, f"{where}.freshness")
-    return FeedChecks(volume=per_feed, freshness=freshness)
+    humidity = {}
+    for name, settings in (section.get("humidity") or {}).items():
+        if name not in daily:
+            raise ValueError(f"{where}.humidity: {name!r} is not a daily feed {daily}")
+        policy = build_settings(HumidityPolicy, settings or {}, f"{where}.humidity.{name}")
+        types = {c.name: c.type for c in task.feeds[name].columns}
+        for column in (policy.temperature, policy.dew_point, policy.humidity):
+            if types.get(column) not in ("integer", "float"):
+                raise ValueError(
+                    f"{where}.humidity.{name}: {column!r} is not a numeric column of the feed"
+                )
+        humidity[name] = policy
+    return FeedChecks(volume=per_feed, freshness=freshness, humidity=humidity)
 
 
 def baseline_days(day: str, weeks: int) -> list[str]:
@@ -174,3 +221,43 @@ def judge_freshness(
             feed, frontier, newest, lag, missing, not problems, reason
         )
     return verdicts
+
+
+def implied_humidity(
+    temperature: np.ndarray, dew_point: np.ndarray, units: str = "fahrenheit"
+) -> np.ndarray:
+    """Relative humidity (%) from temperature and dew point, by the Magnus formula (Alduchov and
+    Eskridge's coefficients: within 0.4% of measured saturation over -40..50 C)."""
+    t = np.asarray(temperature, dtype=float)
+    d = np.asarray(dew_point, dtype=float)
+    if units == "fahrenheit":
+        t, d = (t - 32.0) / 1.8, (d - 32.0) / 1.8
+    b, c = 17.625, 243.04
+    return 100.0 * np.exp(b * d / (c + d) - b * t / (c + t))
+
+
+def judge_humidity(day: str, rows: pd.DataFrame, policy: HumidityPolicy) -> HumidityVerdict:
+    """Judge a landing day's weather `rows`: the median gap between the reported humidity and the
+    one its temperature and dew point imply, over the rows that have all three."""
+    columns = [policy.temperature, policy.dew_point, policy.humidity]
+    values = rows[columns].apply(pd.to_numeric, errors="coerce").dropna()
+    if values.empty:
+        return HumidityVerdict(
+            day, 0, None, True, f"{day}: no row has {', '.join(columns)}: nothing to judge"
+        )
+    implied = implied_humidity(
+        values[policy.temperature].to_numpy(), values[policy.dew_point].to_numpy(), policy.units
+    )
+    gap = float(np.median(np.abs(implied - values[policy.humidity].to_numpy())))
+    judged = (
+        f"{day}: the reported {policy.humidity} is {gap:.2f} points from the humidity that "
+        f"{policy.temperature} and {policy.dew_point} imply in {policy.units} (median of "
+        f"{len(values)} rows)"
+    )
+    if gap > policy.max_median_gap:
+        reason = (
+            f"{judged}, over {policy.max_median_gap:g}: one of the three is not in the units "
+            "its contract says"
+        )
+        return HumidityVerdict(day, len(values), gap, False, reason)
+    return HumidityVerdict(day, len(values), gap, True, judged)

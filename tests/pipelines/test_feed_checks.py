@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
@@ -259,3 +260,84 @@ def test_a_file_cut_to_a_tenth_is_an_error_naming_the_day_in_a_multi_day_run(fly
     assert (freshness.passed, freshness.severity) == (False, dg.AssetCheckSeverity.WARN)
     missing = [f"2013-11-{d}" for d in (15, 16, 17, 18, 19, 20, 22, 23, 24, 25, 26)]
     assert freshness.metadata["missing_days"].value == missing
+
+
+# --- humidity ----------------------------------------------------------------------------------
+
+
+def weather_days() -> dict[str, pd.DataFrame]:
+    """Every day of 2013's weather source, as the contract types it."""
+    t = source_table("weather")
+    days = pd.to_datetime({"year": t.year, "month": t.month, "day": t.day}).dt.strftime("%Y-%m-%d")
+    return {day: rows for day, rows in t.groupby(days)}
+
+
+def test_every_real_weather_day_of_2013_passes_and_every_celsius_day_fails():
+    from pipelines.feed_checks import judge_humidity
+
+    policy = POLICY.humidity["weather"]
+    days = weather_days()
+    verdicts = [judge_humidity(day, rows, policy) for day, rows in days.items()]
+    assert len(verdicts) == 364 and all(v.passed for v in verdicts)
+    assert max(v.median_gap for v in verdicts) < 0.05
+    celsius = [
+        judge_humidity(
+            day, rows.assign(temp=(rows.temp - 32) * 5 / 9, dewp=(rows.dewp - 32) * 5 / 9), policy
+        )
+        for day, rows in days.items()
+    ]
+    assert not any(v.passed for v in celsius)
+    assert min(v.median_gap for v in celsius) > 1.0
+    worst = min(celsius, key=lambda v: v.median_gap)
+    assert "not in the units its contract says" in worst.reason and worst.day in worst.reason
+    # Only temperature converted: caught too; a day without dew points has nothing to judge.
+    day, rows = "2013-06-01", days["2013-06-01"]
+    assert not judge_humidity(day, rows.assign(temp=(rows.temp - 32) * 5 / 9), policy).passed
+    empty = judge_humidity(day, rows.assign(dewp=None), policy)
+    assert (empty.passed, empty.rows, empty.median_gap) == (True, 0, None)
+
+
+def test_implied_humidity_is_the_magnus_formula():
+    from pipelines.feed_checks import implied_humidity
+
+    # Saturated air: the dew point is the temperature; 20 C at a 10 C dew point is about 52.6%.
+    assert implied_humidity([50.0, 68.0], [50.0, 50.0]) == pytest.approx([100.0, 52.6], abs=0.1)
+    assert implied_humidity([20.0], [10.0], "celsius") == pytest.approx([52.6], abs=0.1)
+
+
+def test_humidity_settings_are_checked(tmp_path: Path):
+    text = load_task().path.read_text()
+    bad = tmp_path / "flights.yaml"
+    bad.write_text(text.replace("      dew_point: dewp\n", "      dew_point: visibility\n"))
+    with pytest.raises(ValueError, match=r"humidity.weather: 'visibility' is not a numeric column"):
+        load_feed_checks(load_task(bad))
+    bad.write_text(text.replace("      units: fahrenheit\n", "      units: kelvin\n"))
+    with pytest.raises(ValueError, match="units must be fahrenheit or celsius"):
+        load_feed_checks(load_task(bad))
+
+
+def test_a_day_of_weather_in_celsius_is_an_error_that_does_not_block(flywheel):
+    from sim.drift import PlantedDrift
+
+    day = "2013-06-01"
+    land(flywheel, day)
+    flywheel.run("reference_warehouse_job")
+    key = f"weather/{day}.csv"
+    source = pd.read_csv(
+        io.BytesIO(flywheel.zone.read_bytes(key)), dtype=str, keep_default_na=False
+    )
+    drifted = PlantedDrift(date.fromisoformat(day))("weather", date.fromisoformat(day), source)
+    flywheel.zone.write_bytes(key, drifted.to_csv(index=False).encode())
+
+    result = flywheel.run("daily_warehouse_job", day)
+    assert materialized(result) >= {"raw_flights", "raw_weather", *DOWNSTREAM}
+    humidity = check_evaluation(result, "raw_weather", "humidity")
+    assert (humidity.passed, humidity.severity, humidity.blocking) == (
+        False,
+        dg.AssetCheckSeverity.ERROR,
+        False,
+    )
+    meta = {k: v.value for k, v in humidity.metadata.items()}
+    assert meta["landing_date"] == day and set(meta["failed_days"]) == {day}
+    assert meta["median_gap"] > 1.0
+    assert humidity.description.startswith(f"{day}: the reported humid is ")

@@ -6,9 +6,11 @@ import pandas as pd
 from pipelines.contracts import FeedSpec, TaskSpec
 from pipelines.defs.ingestion.checks import (
     FRESHNESS,
+    HUMIDITY,
     VOLUME,
     feed_check_specs,
     freshness_result,
+    humidity_result,
     loaded_rows,
     volume_result,
 )
@@ -28,11 +30,17 @@ def feed_asset_key(feed: FeedSpec) -> dg.AssetKey:
 
 def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.AssetsDefinition:
     """An asset that loads `feed`'s landing files into its raw table, quarantining bad rows;
-    a daily feed's asset also checks the volume and freshness of its files."""
+    a daily feed's asset also checks the volume and freshness of its files (and, where the task
+    has a humidity policy for it, their humidity against temperature and dew point)."""
     daily = feed.kind == "daily"
     pattern = feed.landing_key("YYYY-MM-DD") if daily else feed.landing_key()
     key = feed_asset_key(feed)
-    specs = feed_check_specs(key, checks.volume[feed.name], checks.freshness) if daily else None
+    humidity = checks.humidity.get(feed.name)
+    specs = (
+        feed_check_specs(key, checks.volume[feed.name], checks.freshness, humidity)
+        if daily
+        else None
+    )
 
     @dg.asset(
         key=key,
@@ -69,6 +77,8 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
         if FRESHNESS in selected:
             listing = landing_zone.list_files()
             results.append(freshness_result(key, task, feed, listing, checks.freshness))
+        if HUMIDITY in selected and humidity is not None:
+            results.append(humidity_result(key, files, humidity))
         for failed in (r for r in results if not r.passed):
             context.log.warning(
                 f"{failed.check_name} check {failed.severity.value}: {failed.description}"

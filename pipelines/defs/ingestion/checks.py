@@ -1,10 +1,12 @@
-"""Volume and freshness checks on the daily feeds' raw tables, as Dagster asset checks.
+"""Volume, freshness and humidity checks on the daily feeds' raw tables, as Dagster asset checks.
 
 Both are declared on the ingestion asset of each daily feed. `volume` is evaluated by that asset
 right after its load (it knows the day's rows); on a blocking feed an ERROR fails the asset's
 step, so nothing downstream of the day is built in that run. `freshness` is evaluated by the
 landing sensor whenever the listing changes (before any run waits on a late file) and again by
-each ingestion run, so a run never leaves it planned but unevaluated.
+each ingestion run, so a run never leaves it planned but unevaluated. `humidity` (on a weather
+feed whose task names one) is evaluated by the ingestion asset on the day's validated rows; an
+ERROR that never blocks: it says the feed changed its units, and the day's weather is used.
 """
 
 from __future__ import annotations
@@ -19,26 +21,34 @@ from pipelines.feed_checks import (
     SEVERITY_RANK,
     FreshnessPolicy,
     FreshnessVerdict,
+    HumidityPolicy,
     VolumePolicy,
     judge_freshness,
+    judge_humidity,
     judge_volume,
 )
 from pipelines.ingestion import RAW_SCHEMA, DayLoad
 from pipelines.lib.landing_zone import LandingFile
 from pipelines.lib.warehouse import WarehouseConnection
+from pipelines.validation import ValidatedFile
 
 VOLUME = "volume"
 FRESHNESS = "freshness"
+HUMIDITY = "humidity"
 # A description names this many failing days; the metadata names them all.
 MAX_DAYS_DESCRIBED = 5
 
 
 def feed_check_specs(
-    key: dg.AssetKey, volume: VolumePolicy, freshness: FreshnessPolicy
+    key: dg.AssetKey,
+    volume: VolumePolicy,
+    freshness: FreshnessPolicy,
+    humidity: HumidityPolicy | None = None,
 ) -> list[dg.AssetCheckSpec]:
-    """The volume and freshness checks of a daily feed's ingestion asset."""
+    """The volume and freshness checks of a daily feed's ingestion asset, and its humidity
+    check if it has a policy."""
     blocks = " that blocks the day's features and scoring" if volume.blocking else ""
-    return [
+    specs = [
         dg.AssetCheckSpec(
             VOLUME,
             asset=key,
@@ -59,6 +69,52 @@ def feed_check_specs(
             ),
         ),
     ]
+    return specs if humidity is None else [*specs, humidity_check_spec(key, humidity)]
+
+
+def humidity_check_spec(key: dg.AssetKey, policy: HumidityPolicy) -> dg.AssetCheckSpec:
+    """The humidity check of a weather feed's ingestion asset (never blocking)."""
+    return dg.AssetCheckSpec(
+        HUMIDITY,
+        asset=key,
+        description=(
+            f"A day's reported {policy.humidity} against the relative humidity that "
+            f"{policy.temperature} and {policy.dew_point} imply in {policy.units} (Magnus): a "
+            f"median gap over {policy.max_median_gap:g} points is an ERROR (units changed); "
+            "the day's weather is still used."
+        ),
+    )
+
+
+def humidity_result(
+    key: dg.AssetKey, files: Sequence[tuple[str | None, ValidatedFile]], policy: HumidityPolicy
+) -> dg.AssetCheckResult:
+    """The humidity of the days a run loaded: every failing day named, the worst one's figures."""
+    verdicts = [judge_humidity(str(day), vf.rows, policy) for day, vf in files]
+    failing = [v for v in verdicts if not v.passed]
+    gaps = [v for v in verdicts if v.median_gap is not None]
+    worst = max(gaps, key=lambda v: v.median_gap) if gaps else (verdicts or [None])[0]
+    shown = [v.reason for v in failing[:MAX_DAYS_DESCRIBED]]
+    if len(failing) > MAX_DAYS_DESCRIBED:
+        shown.append(f"and {len(failing) - MAX_DAYS_DESCRIBED} more days (see failed_days)")
+    if not shown:
+        shown = [worst.reason if worst else "no day loaded"]
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=HUMIDITY,
+        passed=not failing,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description="; ".join(shown),
+        metadata={
+            "landing_date": worst.day if worst else None,
+            "median_gap": None
+            if worst is None or worst.median_gap is None
+            else round(worst.median_gap, 3),
+            "max_median_gap": policy.max_median_gap,
+            "days_judged": len(verdicts),
+            "failed_days": {v.day: round(v.median_gap, 3) for v in failing},
+        },
+    )
 
 
 def loaded_rows(con: WarehouseConnection, feed: FeedSpec, days: Collection[str]) -> dict[str, int]:
