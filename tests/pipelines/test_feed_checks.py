@@ -147,14 +147,37 @@ def test_freshness_against_the_landing_frontier():
     assert judge_freshness({"flights": set()}, policy) == {}
 
 
-def test_unknown_check_settings_are_refused(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("old", "new", "error"),
+    [
+        (
+            "    error_below: 0.5\n",
+            "    error_below: 0.5\n    eror: 1\n",
+            r"checks.volume: unknown settings \['eror'\]",
+        ),
+        (
+            "      weather:\n        # The",
+            "      planes:\n        # The",
+            r"\['planes'\] are not daily feeds",
+        ),
+        (
+            "      dew_point: dewp\n",
+            "      dew_point: visibility\n",
+            r"humidity.weather: 'visibility' is not a numeric column",
+        ),
+        (
+            "      units: fahrenheit\n",
+            "      units: kelvin\n",
+            "units must be fahrenheit or celsius",
+        ),
+    ],
+)
+def test_bad_check_settings_are_refused(tmp_path: Path, old: str, new: str, error: str):
     text = load_task().path.read_text()
+    assert text.count(old) == 1
     bad = tmp_path / "flights.yaml"
-    bad.write_text(text.replace("    error_below: 0.5\n", "    error_below: 0.5\n    eror: 1\n"))
-    with pytest.raises(ValueError, match=r"checks.volume: unknown settings \['eror'\]"):
-        load_feed_checks(load_task(bad))
-    bad.write_text(text.replace("      weather:\n        # The", "      planes:\n        # The"))
-    with pytest.raises(ValueError, match=r"\['planes'\] are not daily feeds"):
+    bad.write_text(text.replace(old, new))
+    with pytest.raises(ValueError, match=error):
         load_feed_checks(load_task(bad))
 
 
@@ -303,17 +326,6 @@ def test_implied_humidity_is_the_magnus_formula():
     # Saturated air: the dew point is the temperature; 20 C at a 10 C dew point is about 52.6%.
     assert implied_humidity([50.0, 68.0], [50.0, 50.0]) == pytest.approx([100.0, 52.6], abs=0.1)
     assert implied_humidity([20.0], [10.0], "celsius") == pytest.approx([52.6], abs=0.1)
-
-
-def test_humidity_settings_are_checked(tmp_path: Path):
-    text = load_task().path.read_text()
-    bad = tmp_path / "flights.yaml"
-    bad.write_text(text.replace("      dew_point: dewp\n", "      dew_point: visibility\n"))
-    with pytest.raises(ValueError, match=r"humidity.weather: 'visibility' is not a numeric column"):
-        load_feed_checks(load_task(bad))
-    bad.write_text(text.replace("      units: fahrenheit\n", "      units: kelvin\n"))
-    with pytest.raises(ValueError, match="units must be fahrenheit or celsius"):
-        load_feed_checks(load_task(bad))
 
 
 def test_a_day_of_weather_in_celsius_is_an_error_that_does_not_block(flywheel):
