@@ -240,7 +240,7 @@ def judge_humidity(day: str, rows: pd.DataFrame, policy: HumidityPolicy) -> Humi
     """Judge a landing day's weather `rows`: the median gap between the reported humidity and the
     one its temperature and dew point imply, over the rows that have all three."""
     columns = [policy.temperature, policy.dew_point, policy.humidity]
-    values = rows[columns].apply(pd.to_numeric, errors="coerce").dropna()
+    values = rows[columns].astype(float).dropna()
     if values.empty:
         return HumidityVerdict(
             day, 0, None, True, f"{day}: no row has {', '.join(columns)}: nothing to judge"

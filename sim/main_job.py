@@ -95,8 +95,7 @@ class RunOptions:
 
     def run_configs(self) -> dict[str, dict]:
         """The operator's run config of the retraining job."""
-        training = {"n_trials": self.trials, "max_epochs": self.max_epochs}
-        training["members"] = self.members
+        training = {"n_trials": self.trials, "max_epochs": self.max_epochs, "members": self.members}
         windows = {"validation_days": self.validation_days, "test_days": self.test_days}
         ops = {
             "training_dataset": {"config": windows},

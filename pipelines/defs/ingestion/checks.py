@@ -89,16 +89,14 @@ def humidity_check_spec(key: dg.AssetKey, policy: HumidityPolicy) -> dg.AssetChe
 def humidity_result(
     key: dg.AssetKey, files: Sequence[tuple[str | None, ValidatedFile]], policy: HumidityPolicy
 ) -> dg.AssetCheckResult:
-    """The humidity of the days a run loaded: every failing day named, the worst one's figures."""
+    """The humidity of the days a run loaded (one or more): every failing day named, the worst
+    one's figures."""
     verdicts = [judge_humidity(str(day), vf.rows, policy) for day, vf in files]
     failing = [v for v in verdicts if not v.passed]
-    gaps = [v for v in verdicts if v.median_gap is not None]
-    worst = max(gaps, key=lambda v: v.median_gap) if gaps else (verdicts or [None])[0]
-    shown = [v.reason for v in failing[:MAX_DAYS_DESCRIBED]]
+    worst = max(verdicts, key=lambda v: -1.0 if v.median_gap is None else v.median_gap)
+    shown = [v.reason for v in failing[:MAX_DAYS_DESCRIBED]] or [worst.reason]
     if len(failing) > MAX_DAYS_DESCRIBED:
         shown.append(f"and {len(failing) - MAX_DAYS_DESCRIBED} more days (see failed_days)")
-    if not shown:
-        shown = [worst.reason if worst else "no day loaded"]
     return dg.AssetCheckResult(
         asset_key=key,
         check_name=HUMIDITY,
@@ -106,10 +104,8 @@ def humidity_result(
         severity=dg.AssetCheckSeverity.ERROR,
         description="; ".join(shown),
         metadata={
-            "landing_date": worst.day if worst else None,
-            "median_gap": None
-            if worst is None or worst.median_gap is None
-            else round(worst.median_gap, 3),
+            "landing_date": worst.day,
+            "median_gap": None if worst.median_gap is None else round(worst.median_gap, 3),
             "max_median_gap": policy.max_median_gap,
             "days_judged": len(verdicts),
             "failed_days": {v.day: round(v.median_gap, 3) for v in failing},

@@ -205,8 +205,12 @@ def log_challenger(
     from ml.pyfunc import log_model
 
     fit = challenger.train_config
-    settings = {"max_epochs": fit.max_epochs, "batch_size": fit.batch_size, "seed": fit.seed}
-    settings["members"] = challenger.model_config.members
+    settings = {
+        "max_epochs": fit.max_epochs,
+        "batch_size": fit.batch_size,
+        "seed": fit.seed,
+        "members": challenger.model_config.members,
+    }
     tracker.log_params(run_id, challenger.tuning.best_params | settings)
     baselines = {
         f"baseline/{name}/{metric}": value
