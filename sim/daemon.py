@@ -10,7 +10,8 @@ start sensors.
 
 Between two of its events the world waits until the pipeline is idle: no run queued or in
 progress (a failed run the daemon will retry counts as in progress), and every running sensor has
-finished a tick that began after the last change. So a simulated day takes as long as the
+finished a tick that began after the last change (the landing sensor, one that took what it
+found: new files wait a tick for the listing to settle). So a simulated day takes as long as the
 pipeline needs for it, and each day sees the same state as in process (`sim.driver`).
 """
 
@@ -27,13 +28,19 @@ import dagster as dg
 # The instance's records of sensors, schedules and their ticks (what the UI shows); Dagster
 # does not export these types at its top level.
 from dagster._core.definitions.run_request import InstigatorType
-from dagster._core.scheduler.instigation import InstigatorStatus, TickStatus
+from dagster._core.scheduler.instigation import (
+    InstigatorState,
+    InstigatorStatus,
+    SensorInstigatorData,
+    TickStatus,
+)
 
 from sim.driver import (
     DAILY_SENSORS,
     MONITORING_SENSORS,
     RETRAINING_JOB,
     RETRAINING_TRIGGERS,
+    SETTLING,
     Driver,
 )
 from sim.executor import RunFailedError, RunSummary, TickReport, failure_message
@@ -133,6 +140,7 @@ class DaemonDriver(Driver):
         timeout_s: float = 1800.0,
         triggers: tuple[str, ...] = RETRAINING_TRIGGERS,
     ):
+        land, deliver_labels = self._changing(land), self._changing(deliver_labels)
         super().__init__(defs, instance, land, deliver_labels, triggers)
         self.webserver, self.timeout_s = webserver, timeout_s
         self.run_configs = run_configs or {}
@@ -152,6 +160,16 @@ class DaemonDriver(Driver):
                 f"policy turns on only {', '.join(triggers) or 'no trigger'}: stop it in the UI"
             )
         self._start(DAILY_SENSORS)
+
+    def _changing(self, event: Callable[[date], None]) -> Callable[[date], None]:
+        """`event`, after which only the sensors' later ticks count: one that began while the
+        event was under way may have listed before its files were there."""
+
+        def changed(day: date) -> None:
+            event(day)
+            self.last_change = time.time()
+
+        return changed
 
     @Driver.retraining.setter
     def retraining(self, on: bool) -> None:
@@ -207,6 +225,8 @@ class DaemonDriver(Driver):
                 raise DaemonDriveError(f"sensor {name}'s tick failed:\n{error}")
             if tick is None or tick.status == TickStatus.STARTED or tick.timestamp <= last_end:
                 pending.append(f"a tick of sensor {name}")
+            elif not SETTLING.get(name, lambda _: True)(_cursor(state)):
+                pending.append(f"a tick of sensor {name} once its new files have settled")
         return pending
 
     def _failure(self, run: dg.DagsterRun) -> str:
@@ -284,6 +304,11 @@ def webserver_from_env() -> Webserver:
             "(make stack-up) and run with its settings (make stack-flywheel)"
         )
     return Webserver(url)
+
+
+def _cursor(state: InstigatorState) -> str | None:
+    data = state.instigator_data
+    return data.cursor if isinstance(data, SensorInstigatorData) else None
 
 
 def _utc(timestamp: float):

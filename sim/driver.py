@@ -15,7 +15,12 @@ from pathlib import Path
 
 import dagster as dg
 
+from pipelines.lib.landing_zone import landing_settled
 from sim.executor import RunExecutor, RunSummary, TickReport
+
+# Sensors whose cursor can hold changes taken at their next evaluation, once what they list has
+# settled: the daemon evaluates them again an interval later; in process, nothing lands between.
+SETTLING: dict[str, Callable[[str | None], bool]] = {"landing_sensor": landing_settled}
 
 
 class SensorTicker:
@@ -32,8 +37,19 @@ class SensorTicker:
         self.cursor_path = state / f"{name}.cursor.json"
 
     def tick(self) -> TickReport:
-        """Evaluate the sensor once, execute what it requests, then store its new cursor."""
-        cursor = self.cursor_path.read_text() if self.cursor_path.exists() else None
+        """Evaluate the sensor, execute what it requests, then store its new cursor; once more
+        if the cursor holds changes waiting to settle."""
+        report = self._evaluate()
+        settled = SETTLING.get(self.name)
+        if settled is not None and not settled(self._cursor()):
+            report.extend(self._evaluate())
+        return report
+
+    def _cursor(self) -> str | None:
+        return self.cursor_path.read_text() if self.cursor_path.exists() else None
+
+    def _evaluate(self) -> TickReport:
+        cursor = self._cursor()
         # Closing the context tears its resources down.
         with dg.build_sensor_context(
             instance=self.instance,

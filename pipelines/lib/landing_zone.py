@@ -43,6 +43,54 @@ def changed_files(files: list[LandingFile], cursor: str | None) -> tuple[list[La
     return changed, json.dumps({f.key: f.version for f in files}, sort_keys=True)
 
 
+@dataclass(frozen=True)
+class SettledChanges:
+    """What `settled_changes` found: the files to take now, how many new or replaced files wait
+    for the listing to settle, and the cursor to store."""
+
+    files: list[LandingFile]
+    waiting: int
+    cursor: str
+
+
+def settled_changes(files: list[LandingFile], cursor: str | None) -> SettledChanges:
+    """The files new or replaced since `cursor`, taken only once the zone has listed exactly the
+    same files at two evaluations in a row.
+
+    A producer writes a landing of several files (a day's feeds, the reference tables) one file
+    at a time, and an evaluation can fall between two of them: taking what is listed at once
+    would split one landing into several runs, as the evaluations happen to fall. Waiting for an
+    unchanged listing takes it whole, one evaluation interval later (the quiet period of
+    Airflow's S3KeysUnchangedSensor, one interval long). Removed files are no change to take.
+    """
+    seen, settling = _landing_cursor(cursor)
+    changed = [f for f in files if seen.get(f.key) != f.version]
+    listing = {f.key: f.version for f in files}
+    if changed:
+        digest = hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
+        if digest != settling:
+            waiting = json.dumps({"seen": seen, "settling": digest}, sort_keys=True)
+            return SettledChanges([], len(changed), waiting)
+    return SettledChanges(changed, 0, json.dumps({"seen": listing}, sort_keys=True))
+
+
+def landing_settled(cursor: str | None) -> bool:
+    """Whether a `settled_changes` cursor holds no changes waiting for the listing to settle."""
+    return _landing_cursor(cursor)[1] is None
+
+
+def seen_keys(cursor: str | None) -> set[str]:
+    """The keys of the files a `settled_changes` cursor has taken."""
+    return set(_landing_cursor(cursor)[0])
+
+
+def _landing_cursor(cursor: str | None) -> tuple[dict[str, str], str | None]:
+    state = json.loads(cursor) if cursor else {}
+    if not isinstance(state.get("seen"), dict):  # a `changed_files` cursor: what it has seen
+        return state, None
+    return state["seen"], state.get("settling")
+
+
 class LandingZone(dg.ConfigurableResource, ABC):
     """Read and write files by key ('flights/2013-01-01.csv') under one root."""
 

@@ -90,10 +90,13 @@ def test_prod_reads_s3_and_builds_the_prod_dbt_target(
     assert defs.resources["dbt"].target == "prod"
 
     sensor = defs.resolve_sensor_def("landing_sensor")
-    with dg.build_sensor_context(
-        instance=flywheel.instance, definitions=defs, resources=defs.resources
-    ) as context:
-        requests = sensor.evaluate_tick(context).run_requests
+    cursor = None
+    for _ in range(2):  # the first evaluation finds the files, the second takes them
+        with dg.build_sensor_context(
+            instance=flywheel.instance, definitions=defs, resources=defs.resources, cursor=cursor
+        ) as context:
+            result = sensor.evaluate_tick(context)
+        requests, cursor = result.run_requests, result.cursor
     assert [(r.job_name, r.partition_key) for r in requests] == [
         ("reference_warehouse_job", None),
         ("daily_warehouse_job", "2013-01-02"),

@@ -1,11 +1,15 @@
-"""landing_sensor: one run per new or replaced landing day, nothing twice, nothing missed."""
+"""landing_sensor: one run per new or replaced landing day, nothing twice, nothing missed, and
+a landing of several files taken whole."""
 
+import json
 from datetime import date
 
 import dagster as dg
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from sim.replay import day_files, land_days
+from pipelines.contracts import load_task
+from pipelines.lib.landing_zone import landing_settled
+from sim.replay import day_files, land_days, reference_files
 
 
 def tick(flywheel, cursor: str | None):
@@ -19,13 +23,24 @@ def tick(flywheel, cursor: str | None):
         return sensor.evaluate_tick(context)
 
 
+def take(flywheel, cursor: str | None):
+    """Two evaluations, as the daemon makes them an interval apart, with nothing landing
+    between: the first finds the new files, the second takes them."""
+    first = tick(flywheel, cursor)
+    assert first.run_requests == [] and not landing_settled(first.cursor)
+    assert first.asset_events == []
+    second = tick(flywheel, first.cursor)
+    assert landing_settled(second.cursor)
+    return second
+
+
 def by_partition(result) -> dict[str | None, dg.RunRequest]:
     return {r.partition_key: r for r in result.run_requests}
 
 
 def test_requests_each_landed_day_once(flywheel):
     land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
-    first = tick(flywheel, None)
+    first = take(flywheel, None)
     requests = by_partition(first)
     assert sorted(requests, key=str) == ["2013-01-01", "2013-01-02", None]
     assert requests[None].job_name == "reference_warehouse_job"
@@ -40,20 +55,53 @@ def test_requests_each_landed_day_once(flywheel):
     assert again.run_requests == []
 
     land_days(flywheel.zone, [date(2013, 1, 3)])
-    later = tick(flywheel, again.cursor)
+    later = take(flywheel, again.cursor)
     assert list(by_partition(later)) == ["2013-01-03"]
+
+
+def test_a_landing_under_way_is_taken_whole_once_the_listing_settles(flywheel):
+    references = iter(reference_files().items())
+    flywheel.zone.write_bytes(*next(references))
+    first = tick(flywheel, None)  # one reference file of several is there
+    assert first.run_requests == [] and not landing_settled(first.cursor)
+    assert first.skip_message is not None and "1 new or replaced" in first.skip_message
+    for key, data in references:
+        flywheel.zone.write_bytes(key, data)
+    for key, data in day_files(date(2013, 1, 1)).items():
+        flywheel.zone.write_bytes(key, data)
+    moved = tick(flywheel, first.cursor)  # more have landed since: still waiting
+    assert moved.run_requests == [] and not landing_settled(moved.cursor)
+    taken = tick(flywheel, moved.cursor)
+    assert [(r.job_name, r.partition_key) for r in taken.run_requests] == [
+        ("reference_warehouse_job", None),
+        ("daily_warehouse_job", "2013-01-01"),
+    ]
+    reference = taken.run_requests[0]
+    tables = sorted(feed.asset_name for feed in load_task().reference_feeds)
+    assert len(tables) > 1 and reference.tags["flywheel/files"].split(",") == tables
+    daily = taken.run_requests[1]
+    assert {"raw_flights", "raw_weather"} <= {k.to_user_string() for k in daily.asset_selection}
+    assert tick(flywheel, taken.cursor).run_requests == []
+
+
+def test_a_cursor_of_the_earlier_format_is_read_as_the_files_it_has_seen(flywheel):
+    land_days(flywheel.zone, [date(2013, 1, 1)])
+    old = json.dumps({f.key: f.version for f in flywheel.zone.list_files()})
+    assert tick(flywheel, old).run_requests == []
+    land_days(flywheel.zone, [date(2013, 1, 2)])
+    assert list(by_partition(take(flywheel, old))) == ["2013-01-02"]
 
 
 def test_a_replaced_file_is_requested_again_with_a_new_run_key(flywheel):
     land_days(flywheel.zone, [date(2013, 1, 1)])
-    first = tick(flywheel, None)
+    first = take(flywheel, None)
     old_key = by_partition(first)["2013-01-01"].run_key
     data = flywheel.zone.read_bytes("weather/2013-01-01.csv")
     flywheel.zone.write_bytes("weather/2013-01-01.csv", data)
     assert tick(flywheel, first.cursor).run_requests == []  # same bytes: nothing to do
     lines = data.decode().splitlines()
     flywheel.zone.write_bytes("weather/2013-01-01.csv", ("\n".join(lines[:-1]) + "\n").encode())
-    second = tick(flywheel, first.cursor)
+    second = take(flywheel, first.cursor)
     request = by_partition(second)["2013-01-01"]
     assert request.run_key != old_key
     assert {k.to_user_string() for k in request.asset_selection} >= {"raw_weather"}
@@ -64,7 +112,7 @@ def test_a_misnamed_file_is_reported_and_not_requested(flywheel, capfd):
     flywheel.zone.write_bytes("flights/2013-1-5.csv", b"year\n2013\n")
     flywheel.zone.write_bytes("flights/2014-06-01.csv", b"year\n2014\n")
     flywheel.zone.write_bytes("notes/readme.txt", b"hello\n")
-    result = tick(flywheel, None)
+    result = take(flywheel, None)
     assert result.run_requests == []
     logged = capfd.readouterr().err
     for key in ("flights/2013-1-5.csv", "flights/2014-06-01.csv", "notes/readme.txt"):
@@ -77,7 +125,7 @@ def test_freshness_is_reported_when_the_daily_files_change(flywheel):
     land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
     flights_only = day_files(date(2013, 1, 3))
     flywheel.zone.write_bytes("flights/2013-01-03.csv", flights_only["flights/2013-01-03.csv"])
-    first = tick(flywheel, None)
+    first = take(flywheel, None)
     events = {e.asset_key.to_user_string(): e for e in first.asset_events}
     assert sorted(events) == ["raw_flights", "raw_weather"]
     assert events["raw_flights"].passed
@@ -103,7 +151,7 @@ def test_freshness_is_reported_when_the_daily_files_change(flywheel):
 
     assert tick(flywheel, first.cursor).asset_events == []  # nothing changed, nothing reported
     land_days(flywheel.zone, [date(2013, 1, 3)])
-    later = tick(flywheel, first.cursor)
+    later = take(flywheel, first.cursor)
     assert [(e.asset_key.to_user_string(), e.passed) for e in later.asset_events] == [
         ("raw_flights", True),
         ("raw_weather", True),

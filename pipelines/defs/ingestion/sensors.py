@@ -1,7 +1,6 @@
 """`landing_sensor`: turn new or replaced landing files into partition runs, exactly once, and
 report each daily feed's freshness whenever the landing zone's daily files change."""
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -11,7 +10,7 @@ import dagster as dg
 from pipelines.contracts import DAILY_KEY, REFERENCE_KEY, TaskSpec
 from pipelines.defs.ingestion.checks import freshness_evaluations
 from pipelines.feed_checks import load_feed_checks
-from pipelines.lib.landing_zone import LandingZone, changed_files
+from pipelines.lib.landing_zone import LandingZone, seen_keys, settled_changes
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
     from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -29,7 +28,8 @@ def build_landing_sensor(
 ) -> dg.SensorDefinition:
     """A sensor that requests one run per landing day whose files are new or replaced, and
     reports the daily feeds' freshness checks when their files change; evaluated every
-    `interval_s` seconds at least (default 30)."""
+    `interval_s` seconds at least (default 30). New files are taken once the landing zone lists
+    the same files at two evaluations in a row, so a landing of several files is taken whole."""
     freshness = load_feed_checks(task).freshness
 
     @dg.sensor(
@@ -45,8 +45,14 @@ def build_landing_sensor(
         changed_days: dict[str, list[tuple[str, str]]] = defaultdict(list)
         changed_reference: list[tuple[str, str]] = []
         files = landing_zone.list_files()
-        changed, cursor = changed_files(files, context.cursor)
-        for f in changed:
+        found = settled_changes(files, context.cursor)
+        if found.waiting:
+            return dg.SensorResult(
+                cursor=found.cursor,
+                skip_reason=f"{found.waiting} new or replaced landing file(s): taken at the next "
+                "evaluation if the landing zone lists the same files then",
+            )
+        for f in found.files:
             match = task.match_key(f.key)
             if match is None:
                 context.log.warning(
@@ -73,20 +79,16 @@ def build_landing_sensor(
         # Freshness depends only on which daily files exist, so it is reported when that set
         # changes, not on every tick; a run that later ingests the feed reports it again.
         daily = [f for f in files if DAILY_KEY.match(f.key)]
-        reported = daily_keys(context.cursor) != {f.key for f in daily}
+        reported = {k for k in seen_keys(context.cursor) if DAILY_KEY.match(k)} != {
+            f.key for f in daily
+        }
         return dg.SensorResult(
             run_requests=requests,
-            cursor=cursor,
+            cursor=found.cursor,
             asset_events=freshness_evaluations(task, daily, freshness) if reported else [],
         )
 
     return landing_sensor
-
-
-def daily_keys(cursor: str | None) -> set[str]:
-    """The keys of the daily-feed files a cursor of `changed_files` has seen."""
-    seen: dict[str, str] = json.loads(cursor) if cursor else {}
-    return {key for key in seen if DAILY_KEY.match(key)}
 
 
 def _request(
