@@ -57,17 +57,27 @@ class HumidityPolicy:
     """A weather feed's reported relative humidity against the one its temperature and dew point
     imply (the Magnus formula): a day whose median gap is over ``max_median_gap`` percentage
     points reports one of the three in other units than its contract says. Plausible values
-    each, so no column's own bounds catch it (temperatures in Celsius, say)."""
+    each, so no column's own bounds catch it (temperatures in Celsius, say). With ``quarantine``
+    such a day's rows all go to the quarantine, with the verdict as their reason: the day is
+    then used as a day the feed missed, never with values read in the wrong units."""
 
     temperature: str
     dew_point: str
     humidity: str
     units: Literal["fahrenheit", "celsius"] = "fahrenheit"
     max_median_gap: float = 0.5
+    quarantine: bool = False
 
     def __post_init__(self) -> None:
-        if self.units not in ("fahrenheit", "celsius") or not self.max_median_gap > 0:
-            raise ValueError(f"units must be fahrenheit or celsius, max_median_gap above 0: {self}")
+        if (
+            self.units not in ("fahrenheit", "celsius")
+            or not self.max_median_gap > 0
+            or not isinstance(self.quarantine, bool)
+        ):
+            raise ValueError(
+                "units must be fahrenheit or celsius, max_median_gap above 0, quarantine true or "
+                f"false: {self}"
+            )
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,33 @@ class ValidatedFile:
     def rows_read(self) -> int:
         return len(self.rows) + len(self.rejected)
 
+    def quarantined(self, reason: str) -> ValidatedFile:
+        """The file with every row that passed the contract quarantined too, for `reason` (a
+        verdict on the file as a whole); each record holds the row's contract fields."""
+        fields = self.rows.drop(columns="_source_line")
+        records = [
+            json.dumps({k: _plain(v) for k, v in row.items()})
+            for row in fields.to_dict(orient="records")
+        ]
+        moved = pd.DataFrame(
+            {"source_line": self.rows["_source_line"], "reason": reason, "record": records}
+        )
+        rejected = pd.concat([self.rejected, moved]).sort_values("source_line", kind="stable")
+        return ValidatedFile(
+            self.key, self.rows.iloc[:0], rejected.reset_index(drop=True), self.ignored_columns
+        )
+
+
+def _plain(value: object) -> object:
+    """A typed field as JSON holds it: missing as null, numbers as numbers, the rest as text."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, float | np.floating):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return int(value)
+    return str(value)
+
 
 def parse_csv(key: str, data: bytes) -> tuple[list[str], list[list[str]], list[int]]:
     """Split a CSV file into header, rows and line numbers; raise LandingFileError if malformed."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
@@ -20,7 +21,7 @@ from pipelines.feed_checks import (
     judge_volume,
     load_feed_checks,
 )
-from sim.replay import land_days
+from sim.replay import day_files, land_days
 from tests.pipelines.conftest import source_rows, source_table
 
 THANKSGIVING = "2013-11-28"  # the shortest flights day of 2013 against its trailing weeks
@@ -169,6 +170,11 @@ def test_freshness_against_the_landing_frontier():
             "      units: fahrenheit\n",
             "      units: kelvin\n",
             "units must be fahrenheit or celsius",
+        ),
+        (
+            "      quarantine: true\n",
+            "      quarantine: sometimes\n",
+            "quarantine true or false",
         ),
     ],
 )
@@ -328,7 +334,7 @@ def test_implied_humidity_is_the_magnus_formula():
     assert implied_humidity([20.0], [10.0], "celsius") == pytest.approx([52.6], abs=0.1)
 
 
-def test_a_day_of_weather_in_celsius_is_an_error_that_does_not_block(flywheel):
+def test_a_day_of_weather_in_celsius_is_quarantined_and_its_flights_scored_without_it(flywheel):
     from sim.drift import PlantedDrift
 
     day = "2013-06-01"
@@ -353,3 +359,50 @@ def test_a_day_of_weather_in_celsius_is_an_error_that_does_not_block(flywheel):
     assert meta["landing_date"] == day and set(meta["failed_days"]) == {day}
     assert meta["median_gap"] > 1.0
     assert humidity.description.startswith(f"{day}: the reported humid is ")
+    assert humidity.description.endswith("rows of the failed day(s) quarantined in raw.quarantine")
+    # Every row of the day quarantined, with the verdict as its reason; none loaded.
+    rows = source_rows("weather", day)
+    assert flywheel.scalar("select count(*) from raw.weather") == 0
+    quarantined = flywheel.sql("select source_file, reason, record from raw.quarantine")
+    assert len(quarantined) == rows
+    assert {(f, r.split(":")[0]) for f, r, _ in quarantined} == {(key, "humidity")}
+    assert all(f"{day}: the reported humid is " in r for _, r, _ in quarantined)
+    celsius = {json.loads(record)["temp"] for *_, record in quarantined}
+    assert max(celsius) < 50  # the records are the day's rows as landed: Celsius
+    # The day's flights are still built and scored, with no weather.
+    flights = flywheel.scalar(
+        f"select count(*) from fct_flight_features where flight_date = '{day}'"
+    )
+    assert flights == source_rows("flights", day)
+    assert flywheel.scalar("select count(temp) from fct_flight_features") == 0
+
+
+def test_a_file_quarantined_whole_keeps_every_row_with_its_line_and_own_reason():
+    from pipelines.validation import validate_file
+
+    task = load_task()
+    feed, day = task.feeds["weather"], "2013-06-01"
+    lines = day_files(date.fromisoformat(day))[f"weather/{day}.csv"].decode().splitlines()
+    header = lines[0].split(",")
+    bad = lines[3].split(",")
+    bad[header.index("humid")] = "wet"
+    lines[3] = ",".join(bad)
+    data = ("\n".join(lines) + "\n").encode()
+    validated = validate_file(feed, "weather/2013-06-01.csv", data, task.null_values, day)
+    assert len(validated.rejected) == 1 and len(validated.rows) == len(lines) - 2
+
+    whole = validated.quarantined("humidity: units")
+    assert whole.rows.empty and list(whole.rows.columns) == list(validated.rows.columns)
+    assert whole.rows_read == validated.rows_read
+    assert whole.rejected.source_line.tolist() == list(range(2, len(lines) + 1))
+    reasons = dict(zip(whole.rejected.source_line, whole.rejected.reason, strict=True))
+    assert reasons.pop(4).startswith("humid: ")  # its own reason, from the contract
+    assert set(reasons.values()) == {"humidity: units"}
+    # Each record holds the row's fields, numbers as numbers and a missing value as null.
+    first = json.loads(whole.rejected.record[0])
+    row = validated.rows.iloc[0]
+    assert set(first) == set(feed.column_names)
+    assert first["temp"] == pytest.approx(float(row.temp))
+    assert first["origin"] == row.origin
+    missing = [c for c in feed.column_names if pd.isna(row[c])]
+    assert all(first[c] is None for c in missing)

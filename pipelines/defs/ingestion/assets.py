@@ -11,6 +11,7 @@ from pipelines.defs.ingestion.checks import (
     feed_check_specs,
     freshness_result,
     humidity_result,
+    judge_files,
     loaded_rows,
     volume_result,
 )
@@ -31,7 +32,8 @@ def feed_asset_key(feed: FeedSpec) -> dg.AssetKey:
 def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.AssetsDefinition:
     """An asset that loads `feed`'s landing files into its raw table, quarantining bad rows;
     a daily feed's asset also checks the volume and freshness of its files (and, where the task
-    has a humidity policy for it, their humidity against temperature and dew point)."""
+    has a humidity policy for it, their humidity against temperature and dew point, judged
+    before the load: a failing day is quarantined whole where the policy says so)."""
     daily = feed.kind == "daily"
     pattern = feed.landing_key("YYYY-MM-DD") if daily else feed.landing_key()
     key = feed_asset_key(feed)
@@ -60,6 +62,14 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
     ) -> dg.MaterializeResult:
         days = list(context.partition_keys) if daily else [None]
         files = read_and_validate(task, feed, days, landing_zone)
+        verdicts = judge_files(files, humidity) if daily and humidity is not None else []
+        if humidity is not None and humidity.quarantine:
+            # A day in other units than the contract's is loaded as one the feed missed.
+            failed = {v.day: v.reason for v in verdicts if not v.passed}
+            files = [
+                (day, vf.quarantined(f"humidity: {failed[str(day)]}") if str(day) in failed else vf)
+                for day, vf in files
+            ]
         with warehouse.connect() as con:
             ensure_raw_tables(con, task)
             loads = load_validated(con, feed, files)
@@ -78,7 +88,7 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
             listing = landing_zone.list_files()
             results.append(freshness_result(key, task, feed, listing, checks.freshness))
         if HUMIDITY in selected and humidity is not None:
-            results.append(humidity_result(key, files, humidity))
+            results.append(humidity_result(key, verdicts, humidity))
         for failed in (r for r in results if not r.passed):
             context.log.warning(
                 f"{failed.check_name} check {failed.severity.value}: {failed.description}"

@@ -5,8 +5,9 @@ right after its load (it knows the day's rows); on a blocking feed an ERROR fail
 step, so nothing downstream of the day is built in that run. `freshness` is evaluated by the
 landing sensor whenever the listing changes (before any run waits on a late file) and again by
 each ingestion run, so a run never leaves it planned but unevaluated. `humidity` (on a weather
-feed whose task names one) is evaluated by the ingestion asset on the day's validated rows; an
-ERROR that never blocks: it says the feed changed its units, and the day's weather is used.
+feed whose task names one) is evaluated by the ingestion asset on the day's validated rows,
+before they are loaded; an ERROR that never blocks: it says the feed changed its units, and,
+where its policy quarantines, the day's rows go to the quarantine instead of the raw table.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pipelines.feed_checks import (
     FreshnessPolicy,
     FreshnessVerdict,
     HumidityPolicy,
+    HumidityVerdict,
     VolumePolicy,
     judge_freshness,
     judge_humidity,
@@ -86,17 +88,25 @@ def humidity_check_spec(key: dg.AssetKey, policy: HumidityPolicy) -> dg.AssetChe
     )
 
 
+def judge_files(
+    files: Sequence[tuple[str | None, ValidatedFile]], policy: HumidityPolicy
+) -> list[HumidityVerdict]:
+    """The humidity verdict on each day's validated rows."""
+    return [judge_humidity(str(day), vf.rows, policy) for day, vf in files]
+
+
 def humidity_result(
-    key: dg.AssetKey, files: Sequence[tuple[str | None, ValidatedFile]], policy: HumidityPolicy
+    key: dg.AssetKey, verdicts: Sequence[HumidityVerdict], policy: HumidityPolicy
 ) -> dg.AssetCheckResult:
     """The humidity of the days a run loaded (one or more): every failing day named, the worst
     one's figures."""
-    verdicts = [judge_humidity(str(day), vf.rows, policy) for day, vf in files]
     failing = [v for v in verdicts if not v.passed]
     worst = max(verdicts, key=lambda v: -1.0 if v.median_gap is None else v.median_gap)
     shown = [v.reason for v in failing[:MAX_DAYS_DESCRIBED]] or [worst.reason]
     if len(failing) > MAX_DAYS_DESCRIBED:
         shown.append(f"and {len(failing) - MAX_DAYS_DESCRIBED} more days (see failed_days)")
+    if failing and policy.quarantine:
+        shown.append(f"rows of the failed day(s) quarantined in {RAW_SCHEMA}.quarantine")
     return dg.AssetCheckResult(
         asset_key=key,
         check_name=HUMIDITY,
