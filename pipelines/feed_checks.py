@@ -58,8 +58,9 @@ class HumidityPolicy:
     imply (the Magnus formula): a day whose median gap is over ``max_median_gap`` percentage
     points reports one of the three in other units than its contract says. Plausible values
     each, so no column's own bounds catch it (temperatures in Celsius, say). With ``quarantine``
-    such a day's rows all go to the quarantine, with the verdict as their reason: the day is
-    then used as a day the feed missed, never with values read in the wrong units."""
+    such a day's rows all go to the quarantine, with the verdict as their reason (each record
+    the row's contract fields as parsed): the day is then used as a day the feed missed, never
+    with values read in the wrong units, and its volume check counts no rows loaded."""
 
     temperature: str
     dew_point: str

@@ -28,12 +28,7 @@ import dagster as dg
 # The instance's records of sensors, schedules and their ticks (what the UI shows); Dagster
 # does not export these types at its top level.
 from dagster._core.definitions.run_request import InstigatorType
-from dagster._core.scheduler.instigation import (
-    InstigatorState,
-    InstigatorStatus,
-    SensorInstigatorData,
-    TickStatus,
-)
+from dagster._core.scheduler.instigation import InstigatorStatus, TickStatus
 
 from sim.driver import (
     DAILY_SENSORS,
@@ -225,8 +220,14 @@ class DaemonDriver(Driver):
                 raise DaemonDriveError(f"sensor {name}'s tick failed:\n{error}")
             if tick is None or tick.status == TickStatus.STARTED or tick.timestamp <= last_end:
                 pending.append(f"a tick of sensor {name}")
-            elif not SETTLING.get(name, lambda _: True)(_cursor(state)):
+            # The tick's own cursor: the daemon stores a finished tick before the sensor's state.
+            elif not SETTLING.get(name, lambda _: True)(tick.cursor):
                 pending.append(f"a tick of sensor {name} once its new files have settled")
+        # A tick that requested runs after `records` were read looks finished and idle.
+        if not pending and {r.dagster_run.run_id for r in self._records()} != {
+            r.dagster_run.run_id for r in records
+        }:
+            pending.append("the runs requested while the pipeline was being read")
         return pending
 
     def _failure(self, run: dg.DagsterRun) -> str:
@@ -304,11 +305,6 @@ def webserver_from_env() -> Webserver:
             "(make stack-up) and run with its settings (make stack-flywheel)"
         )
     return Webserver(url)
-
-
-def _cursor(state: InstigatorState) -> str | None:
-    data = state.instigator_data
-    return data.cursor if isinstance(data, SensorInstigatorData) else None
 
 
 def _utc(timestamp: float):

@@ -11,6 +11,7 @@ import json
 import os
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,21 +54,26 @@ class SettledChanges:
     cursor: str
 
 
-def settled_changes(files: list[LandingFile], cursor: str | None) -> SettledChanges:
+def settled_changes(
+    files: list[LandingFile], cursor: str | None, settles: Callable[[str], bool] | None = None
+) -> SettledChanges:
     """The files new or replaced since `cursor`, taken only once the zone has listed exactly the
-    same files at two evaluations in a row.
+    same files (those whose key `settles` accepts, default all) at two evaluations in a row.
 
     A producer writes a landing of several files (a day's feeds, the reference tables) one file
     at a time, and an evaluation can fall between two of them: taking what is listed at once
     would split one landing into several runs, as the evaluations happen to fall. Waiting for an
     unchanged listing takes it whole, one evaluation interval later (the quiet period of
-    Airflow's S3KeysUnchangedSensor, one interval long). Removed files are no change to take.
+    Airflow's S3KeysUnchangedSensor, one interval long). Removed files are no change to take;
+    files that `settles` refuses (a stray file rewritten every minute, say) never hold the
+    others back.
     """
     seen, settling = _landing_cursor(cursor)
     changed = [f for f in files if seen.get(f.key) != f.version]
     listing = {f.key: f.version for f in files}
-    if changed:
-        digest = hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
+    counted = {k: v for k, v in listing.items() if settles is None or settles(k)}
+    if any(f.key in counted for f in changed):
+        digest = hashlib.sha256(json.dumps(counted, sort_keys=True).encode()).hexdigest()
         if digest != settling:
             waiting = json.dumps({"seen": seen, "settling": digest}, sort_keys=True)
             return SettledChanges([], len(changed), waiting)

@@ -334,11 +334,11 @@ def test_implied_humidity_is_the_magnus_formula():
     assert implied_humidity([20.0], [10.0], "celsius") == pytest.approx([52.6], abs=0.1)
 
 
-def test_a_day_of_weather_in_celsius_is_quarantined_and_its_flights_scored_without_it(flywheel):
+def test_a_day_of_weather_in_celsius_is_quarantined_and_its_flights_built_without_it(flywheel):
     from sim.drift import PlantedDrift
 
-    day = "2013-06-01"
-    land(flywheel, day)
+    good, day = "2013-05-31", "2013-06-01"
+    land(flywheel, good, day)
     flywheel.run("reference_warehouse_job")
     key = f"weather/{day}.csv"
     source = pd.read_csv(
@@ -347,7 +347,15 @@ def test_a_day_of_weather_in_celsius_is_quarantined_and_its_flights_scored_witho
     drifted = PlantedDrift(date.fromisoformat(day))("weather", date.fromisoformat(day), source)
     flywheel.zone.write_bytes(key, drifted.to_csv(index=False).encode())
 
-    result = flywheel.run("daily_warehouse_job", day)
+    # Both days in one run: only the one in Celsius is quarantined.
+    job = flywheel.defs.resolve_job_def("daily_warehouse_job")
+    result = job.execute_in_process(
+        instance=flywheel.instance,
+        tags={
+            "dagster/asset_partition_range_start": good,
+            "dagster/asset_partition_range_end": day,
+        },
+    )
     assert materialized(result) >= {"raw_flights", "raw_weather", *DOWNSTREAM}
     humidity = check_evaluation(result, "raw_weather", "humidity")
     assert (humidity.passed, humidity.severity, humidity.blocking) == (
@@ -357,24 +365,30 @@ def test_a_day_of_weather_in_celsius_is_quarantined_and_its_flights_scored_witho
     )
     meta = {k: v.value for k, v in humidity.metadata.items()}
     assert meta["landing_date"] == day and set(meta["failed_days"]) == {day}
-    assert meta["median_gap"] > 1.0
+    assert meta["days_judged"] == 2 and meta["median_gap"] > 1.0
     assert humidity.description.startswith(f"{day}: the reported humid is ")
     assert humidity.description.endswith("rows of the failed day(s) quarantined in raw.quarantine")
     # Every row of the day quarantined, with the verdict as its reason; none loaded.
-    rows = source_rows("weather", day)
-    assert flywheel.scalar("select count(*) from raw.weather") == 0
+    loaded = dict(
+        flywheel.sql(
+            "select strftime(_landing_date, '%Y-%m-%d'), count(*) from raw.weather group by 1"
+        )
+    )
+    assert loaded == {good: source_rows("weather", good)}
     quarantined = flywheel.sql("select source_file, reason, record from raw.quarantine")
-    assert len(quarantined) == rows
+    assert len(quarantined) == source_rows("weather", day)
     assert {(f, r.split(":")[0]) for f, r, _ in quarantined} == {(key, "humidity")}
     assert all(f"{day}: the reported humid is " in r for _, r, _ in quarantined)
+    # Each record holds the row's contract fields as parsed: here temperatures in Celsius.
     celsius = {json.loads(record)["temp"] for *_, record in quarantined}
-    assert max(celsius) < 50  # the records are the day's rows as landed: Celsius
-    # The day's flights are still built and scored, with no weather.
-    flights = flywheel.scalar(
-        f"select count(*) from fct_flight_features where flight_date = '{day}'"
-    )
-    assert flights == source_rows("flights", day)
-    assert flywheel.scalar("select count(temp) from fct_flight_features") == 0
+    assert max(celsius) < 50
+    # Both days' flights are built; the quarantined day's without weather.
+    for d, with_weather in ((good, True), (day, False)):
+        flights, weather = flywheel.sql(
+            f"select count(*), count(temp) from fct_flight_features where flight_date = '{d}'"
+        )[0]
+        assert flights == source_rows("flights", d)
+        assert (weather > 0) == with_weather
 
 
 def test_a_file_quarantined_whole_keeps_every_row_with_its_line_and_own_reason():

@@ -112,8 +112,8 @@ def test_a_misnamed_file_is_reported_and_not_requested(flywheel, capfd):
     flywheel.zone.write_bytes("flights/2013-1-5.csv", b"year\n2013\n")
     flywheel.zone.write_bytes("flights/2014-06-01.csv", b"year\n2014\n")
     flywheel.zone.write_bytes("notes/readme.txt", b"hello\n")
-    result = take(flywheel, None)
-    assert result.run_requests == []
+    result = tick(flywheel, None)  # files that fit no feed are not waited for
+    assert result.run_requests == [] and landing_settled(result.cursor)
     logged = capfd.readouterr().err
     for key in ("flights/2013-1-5.csv", "flights/2014-06-01.csv", "notes/readme.txt"):
         assert f"WARNING - landing file '{key}' fits no feed" in logged
@@ -156,3 +156,16 @@ def test_freshness_is_reported_when_the_daily_files_change(flywheel):
         ("raw_flights", True),
         ("raw_weather", True),
     ]
+
+
+def test_a_stray_file_rewritten_at_every_evaluation_holds_nothing_back(flywheel):
+    land_days(flywheel.zone, [date(2013, 1, 1)])
+    cursor = None
+    for n in range(3):
+        flywheel.zone.write_bytes("notes/heartbeat.txt", f"{n}\n".encode())
+        result = tick(flywheel, cursor)
+        cursor = result.cursor
+        if result.run_requests:
+            break
+    assert n == 1  # the landed day waits one evaluation, the rewritten stray file none
+    assert list(by_partition(result)) == [None, "2013-01-01"]

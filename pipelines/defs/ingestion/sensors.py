@@ -45,7 +45,7 @@ def build_landing_sensor(
         changed_days: dict[str, list[tuple[str, str]]] = defaultdict(list)
         changed_reference: list[tuple[str, str]] = []
         files = landing_zone.list_files()
-        found = settled_changes(files, context.cursor)
+        found = settled_changes(files, context.cursor, lambda key: task.match_key(key) is not None)
         if found.waiting:
             return dg.SensorResult(
                 cursor=found.cursor,
