@@ -40,8 +40,15 @@ def changed_files(files: list[LandingFile], cursor: str | None) -> tuple[list[La
     # The cursor maps every file seen to its version: a replaced file (new version) is taken
     # again, an unchanged one never twice, and nothing is skipped whatever the listing order.
     seen: dict[str, str] = json.loads(cursor) if cursor else {}
-    changed = [f for f in files if seen.get(f.key) != f.version]
-    return changed, json.dumps({f.key: f.version for f in files}, sort_keys=True)
+    return _changed(files, seen), json.dumps(_versions(files), sort_keys=True)
+
+
+def _changed(files: list[LandingFile], seen: dict[str, str]) -> list[LandingFile]:
+    return [f for f in files if seen.get(f.key) != f.version]
+
+
+def _versions(files: list[LandingFile]) -> dict[str, str]:
+    return {f.key: f.version for f in files}
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,7 @@ def settled_changes(
     others back.
     """
     seen, settling = _landing_cursor(cursor)
-    changed = [f for f in files if seen.get(f.key) != f.version]
-    listing = {f.key: f.version for f in files}
+    changed, listing = _changed(files, seen), _versions(files)
     counted = {k: v for k, v in listing.items() if settles is None or settles(k)}
     if any(f.key in counted for f in changed):
         digest = hashlib.sha256(json.dumps(counted, sort_keys=True).encode()).hexdigest()

@@ -420,3 +420,15 @@ def test_a_file_quarantined_whole_keeps_every_row_with_its_line_and_own_reason()
     assert first["origin"] == row.origin
     missing = [c for c in feed.column_names if pd.isna(row[c])]
     assert all(first[c] is None for c in missing)
+
+
+def test_the_declared_humidity_check_says_what_happens_to_a_failing_day():
+    from pipelines.defs.ingestion.checks import humidity_check_spec
+
+    key, policy = dg.AssetKey("raw_weather"), POLICY.humidity["weather"]
+    assert policy.quarantine
+    assert humidity_check_spec(key, policy).description.endswith(
+        "the day's rows are quarantined in raw.quarantine."
+    )
+    kept = humidity_check_spec(key, replace(policy, quarantine=False)).description
+    assert kept.endswith("the day's weather is still used.")

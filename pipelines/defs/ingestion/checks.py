@@ -83,7 +83,11 @@ def humidity_check_spec(key: dg.AssetKey, policy: HumidityPolicy) -> dg.AssetChe
             f"A day's reported {policy.humidity} against the relative humidity that "
             f"{policy.temperature} and {policy.dew_point} imply in {policy.units} (Magnus): a "
             f"median gap over {policy.max_median_gap:g} points is an ERROR (units changed); "
-            "the day's weather is still used."
+            + (
+                f"the day's rows are quarantined in {RAW_SCHEMA}.quarantine."
+                if policy.quarantine
+                else "the day's weather is still used."
+            )
         ),
     )
 
