@@ -27,11 +27,26 @@ class EpochOrder:
 
     Lightning calls ``set_epoch`` on a loader's ``sampler`` at the start of every training epoch,
     including the first epoch after a resume, so a resumed run replays the same batches.
+
+    With ``streams`` above 1 (shuffled only) ``indices`` gives that many orders of the rows, one
+    per row of a (streams, rows) tensor, drawn one after the other from the epoch's generator:
+    the first is the order one stream would get.
     """
 
-    def __init__(self, n: int, shuffle: bool, seed: int, rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        n: int,
+        shuffle: bool,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        streams: int = 1,
+    ):
+        if streams < 1 or (streams > 1 and not shuffle):
+            raise ValueError(f"streams must be 1, or more with shuffle, not {streams}")
         self.n, self.shuffle, self.seed = n, shuffle, seed
         self.rank, self.world_size = rank, world_size
+        self.streams = streams
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -46,22 +61,25 @@ class EpochOrder:
         return len(range(self.rank, self.n, self.world_size))
 
     def indices(self) -> Tensor | None:
-        """Return this rank's row indices for the epoch, or None for all rows in order."""
+        """Return this rank's row indices for the epoch (a (streams, rows) tensor with several
+        streams), or None for all rows in order."""
         if not self.shuffle and self.world_size == 1:
             return None
         if self.shuffle:
             # A CPU generator gives the same order on every device type and every rank.
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            order = torch.randperm(self.n, generator=gen)
+            order = torch.stack(
+                [torch.randperm(self.n, generator=gen) for _ in range(self.streams)]
+            )
         else:
-            order = torch.arange(self.n)
-        if self.world_size == 1:
-            return order
-        if self.shuffle:
-            # Training shards must be equal so every DDP rank takes the same number of steps.
-            padded = self.world_size * len(self)
-            order = torch.cat([order, order[: padded - self.n]])
-        return order[self.rank :: self.world_size]
+            order = torch.arange(self.n).unsqueeze(0)
+        if self.world_size > 1:
+            if self.shuffle:
+                # Training shards must be equal so every DDP rank takes the same number of steps.
+                padded = self.world_size * len(self)
+                order = torch.cat([order, order[:, : padded - self.n]], dim=1)
+            order = order[:, self.rank :: self.world_size]
+        return order[0] if self.streams == 1 else order
 
 
 class DeviceBatches:
@@ -85,6 +103,15 @@ class DeviceBatches:
                 yield tuple(t[start : start + self.batch_size] for t in self.tensors)
             return
         idx = idx.to(self.tensors[0].device)
+        if idx.dim() == 2:
+            # One order per stream: each tensor of a batch is (streams, rows, ...).
+            streams = idx.shape[0]
+            for start in range(0, idx.shape[1], self.batch_size):
+                sel = idx[:, start : start + self.batch_size].reshape(-1)
+                yield tuple(
+                    t.index_select(0, sel).unflatten(0, (streams, -1)) for t in self.tensors
+                )
+            return
         for start in range(0, idx.shape[0], self.batch_size):
             sel = idx[start : start + self.batch_size]
             yield tuple(t.index_select(0, sel) for t in self.tensors)
@@ -156,17 +183,20 @@ class TabularDataModule(L.LightningDataModule):
         device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
         self._on_device = {k: tuple(t.to(device) for t in v) for k, v in self.splits.items()}
 
-    def _loader(self, split: str, shuffle: bool) -> DeviceBatches:
+    def _loader(self, split: str, shuffle: bool, streams: int = 1) -> DeviceBatches:
         tensors = self._on_device.get(split) or self.splits[split]
         rank, world = (
             (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
         )
-        order = EpochOrder(tensors[0].shape[0], shuffle, self.seed, rank, world)
+        order = EpochOrder(tensors[0].shape[0], shuffle, self.seed, rank, world, streams)
         return DeviceBatches(tensors, self.batch_size if shuffle else self.eval_batch_size, order)
 
     def train_dataloader(self) -> DeviceBatches:
-        """Shuffled training batches, one seeded permutation per epoch."""
-        return self._loader("train", shuffle=True)
+        """Shuffled training batches, one seeded permutation per epoch; for a module that asks
+        for several (``row_orders``: an ensemble's members), one per stream, each batch tensor
+        (streams, rows, ...)."""
+        module = self.trainer.lightning_module if self.trainer else None
+        return self._loader("train", shuffle=True, streams=getattr(module, "row_orders", 1))
 
     def val_dataloader(self) -> DeviceBatches:
         """Validation batches in row order."""

@@ -155,8 +155,9 @@ class TabularEnsemble(nn.Module):
     Averaging what independently initialised networks predict removes much of the variance one
     draw carries: replayed on a year's training sets (bench/training_sets.py), three separately
     trained networks' mean probability ranked 14 days of production better than one network by
-    0.0085 AUC, and three trained side by side as here by 0.006. Each member's gradient is the
-    one it would get alone; gradient clipping, though, bounds the members' joint norm.
+    0.0085 AUC, and three trained side by side as here by 0.0066. Each member's gradient is the
+    one it would get alone, on its own sequence of batches (``TabularClassifier.row_orders``);
+    gradient clipping, though, bounds the members' joint norm.
     """
 
     def __init__(self, cardinalities: list[int], n_numeric: int, config: ModelConfig):
@@ -166,7 +167,16 @@ class TabularEnsemble(nn.Module):
         )
 
     def member_logits(self, categorical: Tensor, numeric: Tensor) -> Tensor:
-        """(rows, members) logits."""
+        """(rows, members) logits: every member on every row; or, for inputs stacked one batch
+        per member ((members, rows, ...)), each member on its own rows."""
+        if categorical.dim() == 3:
+            if categorical.shape[0] != len(self.members):
+                raise ValueError(
+                    f"{categorical.shape[0]} stacked batches for {len(self.members)} members"
+                )
+            return torch.stack(
+                [m(c, x) for m, c, x in zip(self.members, categorical, numeric, strict=True)], dim=1
+            )
         return torch.stack([m(categorical, numeric) for m in self.members], dim=1)
 
     def forward(self, categorical: Tensor, numeric: Tensor) -> Tensor:
@@ -248,18 +258,29 @@ class TabularClassifier(L.LightningModule):
         """How many networks the model holds (``ModelConfig.members``)."""
         return len(self.net.members) if isinstance(self.net, TabularEnsemble) else 1
 
+    @property
+    def row_orders(self) -> int:
+        """How many row orders a training epoch should give (``TabularDataModule``): one per
+        member, so each member of an ensemble sees its own sequence of batches, as it would
+        trained alone."""
+        return self.members
+
     def _loss(self, batch: Sequence[Tensor]) -> Tensor:
         """The batch's loss; an ensemble's is the sum of its members' own losses, so each member
-        gets the gradient it would get trained alone."""
+        gets the gradient it would get trained alone. A batch stacked one per member
+        ((members, rows, ...), from ``row_orders`` orders) gives each member its own rows."""
         categorical, numeric, y = batch[:3]
         if isinstance(self.net, TabularEnsemble):
             logits = self.net.member_logits(categorical, numeric).float()
-            losses = F.binary_cross_entropy_with_logits(
-                logits, y.unsqueeze(1).expand_as(logits), reduction="none"
-            )
+            # (rows, members) targets and weights, whether the members share the rows or not.
+            targets = y.T if y.dim() == 2 else y.unsqueeze(1).expand_as(logits)
+            losses = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
             if len(batch) > 3:
-                losses = losses * batch[3].unsqueeze(1)
+                weight = batch[3]
+                losses = losses * (weight.T if weight.dim() == 2 else weight.unsqueeze(1))
             return losses.mean(0).sum()
+        if categorical.dim() == 3:
+            raise ValueError("batches stacked one per member, but the model is one network")
         logits = self(categorical, numeric).float()
         if len(batch) == 3:
             return F.binary_cross_entropy_with_logits(logits, y)
@@ -285,8 +306,8 @@ class TabularClassifier(L.LightningModule):
             losses: list[Tensor] = []
             optimizer.step(closure=lambda: losses.append(step(batch)))
             loss = losses[0]
-        rows = batch[2].shape[0]
-        # train/loss is a member's mean loss, whatever the number of members.
+        rows = batch[2].numel()
+        # train/loss is a member's mean loss, whatever the number of members and row orders.
         summed = (
             loss.detach() * rows if self.members == 1 else loss.detach() * (rows / self.members)
         )

@@ -54,6 +54,53 @@ def test_ranks_take_disjoint_equal_shards() -> None:
     assert sorted(torch.cat([e.indices() for e in evaluation]).tolist()) == list(range(10))
 
 
+def test_several_streams_each_take_every_row_in_their_own_order() -> None:
+    one = EpochOrder(10, shuffle=True, seed=3)
+    three = EpochOrder(10, shuffle=True, seed=3, streams=3)
+    for order in (one, three):
+        order.set_epoch(4)
+    orders = three.indices()
+    assert orders.shape == (3, 10)
+    assert all(sorted(row.tolist()) == list(range(10)) for row in orders)
+    assert torch.equal(orders[0], one.indices())  # the first stream is the single order
+    assert not torch.equal(orders[1], orders[0]) and not torch.equal(orders[2], orders[1])
+    shards = [EpochOrder(10, True, 3, rank=r, world_size=4, streams=2) for r in range(4)]
+    for shard in shards:
+        shard.set_epoch(4)
+    stacked = torch.cat([shard.indices() for shard in shards], dim=1)
+    assert stacked.shape == (2, 12)  # 3 rows a rank, two of them repeated to even the shards
+    assert all(set(row.tolist()) == set(range(10)) for row in stacked)
+    with pytest.raises(ValueError, match="streams must be 1, or more with shuffle"):
+        EpochOrder(10, shuffle=False, seed=3, streams=2)
+
+
+def test_an_ensembles_members_get_their_own_batches(splits: dict[str, pd.DataFrame]) -> None:
+    train = splits["train"].assign(distance=range(len(splits["train"])))
+    dm = TabularDataModule(train, splits["val"], batch_size=512, seed=7)
+    j = dm.preprocessor.features.numeric.index("distance")
+
+    class Ensemble:  # what the loader reads of the module it trains
+        row_orders = 3
+
+    dm.trainer = type("Trainer", (), {"lightning_module": Ensemble, "global_rank": 0})()
+    dm.trainer.world_size = 1
+    batches = list(dm.train_dataloader())
+    assert len(batches) == 6 and batches[-1][0].shape == (3, 3000 - 5 * 512, 7)
+    categorical, numeric, y = batches[0]
+    assert categorical.shape == (3, 512, 7) and numeric.shape == (3, 512, 44)
+    assert y.shape == (3, 512)
+    scaled = torch.cat([b[1][..., j] for b in batches], dim=1).double()
+    mean, std = dm.preprocessor.means[j], dm.preprocessor.stds[j]
+    rows = torch.round(scaled * std + mean).long()
+    for member in rows:  # every member sees every row once, each in its own order
+        assert torch.equal(torch.sort(member).values, torch.arange(len(train)))
+    assert not torch.equal(rows[0], rows[1])
+    # The labels travel with their rows.
+    labels = torch.cat([b[2] for b in batches], dim=1)
+    truth = torch.as_tensor(train["is_late"].to_numpy(), dtype=torch.float32)
+    assert torch.equal(labels[1], truth[rows[1]])
+
+
 def test_reads_parquet_paths(parquet_splits: dict[str, Path], splits: dict[str, pd.DataFrame]):
     from_paths = TabularDataModule(parquet_splits["train"], parquet_splits["val"])
     from_frames = TabularDataModule(splits["train"], splits["val"])

@@ -203,6 +203,41 @@ def test_each_member_of_an_ensemble_gets_the_gradient_it_would_alone(
             assert torch.allclose(mine.grad, theirs.grad, atol=1e-6)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_members_on_their_own_batches_get_the_gradients_they_would_alone(
+    splits: dict[str, pd.DataFrame], weighted: bool
+) -> None:
+    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm.setup("fit")
+    batches = [list(b)[:3] for b in dm.train_dataloader()][:2]
+    if weighted:
+        for batch in batches:
+            batch.append(torch.rand(batch[2].shape[0]) * 2)
+    stacked = [torch.stack(pair) for pair in zip(*batches, strict=True)]
+    torch.manual_seed(0)
+    ensemble = build_module(
+        dm, ModelConfig(width=16, depth=1, members=2, dropout=0.0), TrainConfig(accelerator="cpu")
+    )
+    assert ensemble.row_orders == 2
+    ensemble._loss(stacked).backward()
+    for member, batch in zip(ensemble.net.members, batches, strict=True):
+        alone = TabularClassifier(
+            dm.preprocessor.cardinalities,
+            dm.preprocessor.n_numeric_inputs,
+            ModelConfig(width=16, depth=1, dropout=0.0),
+        )
+        alone.net.load_state_dict(member.state_dict())
+        alone._loss(batch).backward()
+        for mine, theirs in zip(member.parameters(), alone.net.parameters(), strict=True):
+            assert torch.allclose(mine.grad, theirs.grad, atol=1e-6)
+    single = build_module(dm, ModelConfig(width=16, depth=1), TrainConfig(accelerator="cpu"))
+    assert single.row_orders == 1
+    with pytest.raises(ValueError, match="stacked one per member, but the model is one network"):
+        single._loss(stacked)
+    with pytest.raises(ValueError, match="3 stacked batches for 2 members"):
+        ensemble._loss([torch.cat([t, t[:1]]) for t in stacked])
+
+
 def test_an_ensemble_checkpoint_alone_rebuilds_the_ensemble(
     splits: dict[str, pd.DataFrame], tmp_path: Path
 ) -> None:
