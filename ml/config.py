@@ -134,6 +134,9 @@ class TuneConfig:
     reduction_factor: int = 3
     pruning: bool = True
     search_space: SearchSpace = field(default_factory=SearchSpace)
+    # A new study's first trial is the ModelConfig and TrainConfig it was given (when inside
+    # the search space); the others are sampled.
+    defaults_first: bool = True
     # Worker processes on the study (ml.tuning.tune starts them); 1 tunes in this process.
     workers: int = 1
     # On an RDB storage each running trial beats every heartbeat_interval_s; one silent for

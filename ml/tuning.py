@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 import warnings
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -123,7 +124,9 @@ def create_study(config: TuneConfig, max_epochs: int, worker: int = 0) -> optuna
     """Create or load the study named in ``config`` (Hyperband's max resource is max_epochs).
 
     Each worker process samples with its own seed, offset by the trials already stored so a
-    resumed study does not replay the random start-up suggestions of its first run.
+    resumed study does not replay the random start-up suggestions of its first run, and by the
+    study's name, so that studies of different datasets draw different configurations (with
+    the same seed every new study would try the same ones).
     """
     pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
     if config.pruning:
@@ -139,7 +142,8 @@ def create_study(config: TuneConfig, max_epochs: int, worker: int = 0) -> optuna
         direction="minimize",
         load_if_exists=True,
     )
-    seed = config.sampler_seed + 1000 * worker + len(study.trials)
+    named = zlib.crc32(config.study_name.encode())
+    seed = (named + config.sampler_seed + 1000 * worker + len(study.trials)) % 2**32
     study.sampler = optuna.samplers.TPESampler(seed=seed)
     return study
 
@@ -159,8 +163,33 @@ def fail_stale(study: optuna.Study) -> None:
         fail_stale_trials(study)
 
 
-def plan_trials(study: optuna.Study, n_trials: int) -> int:
+def start_params(space: SearchSpace, model: ModelConfig, train: TrainConfig) -> dict | None:
+    """The hyperparameters of ``model`` and ``train`` as a trial's parameters, or None when one
+    lies outside ``space`` (a trial cannot try it)."""
+    params: dict[str, object] = {
+        "arch": model.arch,
+        "width": model.width,
+        "depth": model.depth,
+        "dropout": model.dropout,
+        "lr": train.lr,
+        "weight_decay": train.weight_decay,
+    }
+    inside = (
+        model.arch in space.arch
+        and model.width in space.width
+        and space.depth[0] <= model.depth <= space.depth[1]
+        and space.dropout[0] <= model.dropout <= space.dropout[1]
+        and space.lr[0] <= train.lr <= space.lr[1]
+        and space.weight_decay[0] <= train.weight_decay <= space.weight_decay[1]
+    )
+    return params if inside else None
+
+
+def plan_trials(study: optuna.Study, n_trials: int, first: dict | None = None) -> int:
     """Queue trials until the finished, running and queued ones make ``n_trials``; how many.
+
+    ``first`` (parameters) is the first trial of a study that has none: the configuration known
+    to be good, which the sampled ones must beat.
 
     Workers only run queued trials, each claimed by exactly one of them, so the budget counts
     finished trials across workers exactly: a failed trial's retry takes its place in the
@@ -172,8 +201,9 @@ def plan_trials(study: optuna.Study, n_trials: int) -> int:
         fail_stale(study)
         counted = (*counted, TrialState.RUNNING)
     missing = max(0, n_trials - len(study.get_trials(deepcopy=False, states=counted)))
-    for _ in range(missing):
-        study.enqueue_trial({})
+    for number in range(missing):
+        fresh = number == 0 and first is not None and not study.get_trials(deepcopy=False)
+        study.enqueue_trial(first if fresh else {})
     return missing
 
 
@@ -326,7 +356,12 @@ def tune(
         callbacks = [trial_callback] if trial_callback else []
         study.optimize(objective, timeout=config.timeout_s, callbacks=callbacks)
         return summarize(study)
-    plan_trials(study, config.n_trials)
+    first = (
+        start_params(config.search_space, model_config, train_config)
+        if config.defaults_first
+        else None
+    )
+    plan_trials(study, config.n_trials, first)
     if config.workers == 1:
         objective = make_objective(datamodule, config, model_config, train_config)
         work(study, objective, config, [trial_callback] if trial_callback else [])
