@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
-from ml.tuning import create_study, tune
+from ml.tuning import create_study, plan_trials, start_params, tune
 from tests.ml.conftest import run_until_killed
 
 SPACE = SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",))
@@ -94,6 +94,66 @@ def test_crashed_study_continues_with_its_trials(
     assert result.n_complete == 3
     # The budget is already spent: another call runs no further trial.
     assert tune(datamodule, config, ModelConfig(), one_epoch).n_complete == 3
+
+
+def test_studies_of_other_datasets_draw_other_configurations(tmp_path: Path) -> None:
+    space = SearchSpace()  # the full space, sampled without training anything
+
+    def drawn(name: str, folder: str) -> list[dict]:
+        config = TuneConfig(
+            storage=str(tmp_path / folder / "study.journal"), study_name=name, search_space=space
+        )
+        (tmp_path / folder).mkdir(exist_ok=True)
+        study = create_study(config, max_epochs=2)
+        params = []
+        for _ in range(3):
+            trial = study.ask()
+            params.append(
+                {
+                    "lr": trial.suggest_float("lr", *space.lr, log=True),
+                    "width": trial.suggest_categorical("width", list(space.width)),
+                }
+            )
+            study.tell(trial, 0.5)
+        return params
+
+    first = drawn("flights-0123456789ab", "a")
+    assert drawn("flights-0123456789ab", "b") == first  # the same study draws the same
+    assert drawn("flights-ba9876543210", "c") != first  # another dataset's draws its own
+
+
+def test_a_new_study_tries_the_defaults_first(tmp_path: Path) -> None:
+    model = ModelConfig(arch="mlp", width=16, depth=1, dropout=0.0)
+    train = replace(TRAIN, lr=3e-2, weight_decay=1e-6)
+    assert start_params(SPACE, model, train) == GOOD
+    config = _config(tmp_path, n_trials=3)
+    study = create_study(config, max_epochs=1)
+    assert plan_trials(study, 3, GOOD) == 3
+    queued = study.get_trials()
+    assert [t.state for t in queued] == [TrialState.WAITING] * 3
+    assert queued[0].system_attrs["fixed_params"] == GOOD
+    assert all(not t.system_attrs.get("fixed_params") for t in queued[1:])
+    # A study with trials already (a resumed one) is not given the defaults again.
+    study.tell(study.ask(), 0.5)
+    assert plan_trials(study, 4, GOOD) == 1
+    assert not study.get_trials()[-1].system_attrs.get("fixed_params")
+    # Defaults the space cannot hold are not tried.
+    assert start_params(SPACE, ModelConfig(), train) is None  # resmlp, 128 wide
+    assert start_params(SPACE, model, replace(train, lr=1.0)) is None
+
+
+def test_tune_runs_the_defaults_as_its_first_trial(
+    datamodule: TabularDataModule, tmp_path: Path
+) -> None:
+    model = ModelConfig(arch="mlp", width=16, depth=1, dropout=0.0)
+    train = replace(TRAIN, max_epochs=1, lr=3e-2, weight_decay=1e-6)
+    tune(datamodule, _config(tmp_path, pruning=False), model, train)
+    first, second = create_study(_config(tmp_path), max_epochs=1).get_trials()
+    assert first.params == GOOD and second.params != GOOD
+    off = _config(tmp_path / "off", pruning=False, defaults_first=False)
+    (tmp_path / "off").mkdir()
+    tune(datamodule, off, model, train)
+    assert all(t.params != GOOD for t in create_study(off, max_epochs=1).get_trials())
 
 
 def test_budget_needs_a_limit(datamodule: TabularDataModule, tmp_path: Path) -> None:
