@@ -178,48 +178,27 @@ def test_an_ensemble_predicts_its_members_mean_probability() -> None:
 
 
 @pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("own_rows", [False, True])
 def test_each_member_of_an_ensemble_gets_the_gradient_it_would_alone(
-    splits: dict[str, pd.DataFrame], weighted: bool
+    splits: dict[str, pd.DataFrame], weighted: bool, own_rows: bool
 ) -> None:
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
-    dm.setup("fit")
-    batch = list(next(iter(dm.train_dataloader())))[:3]
-    if weighted:
-        batch.append(torch.rand(batch[2].shape[0]) * 2)
-    torch.manual_seed(0)
-    ensemble = build_module(
-        dm, ModelConfig(width=16, depth=1, members=2, dropout=0.0), TrainConfig(accelerator="cpu")
-    )
-    ensemble._loss(batch).backward()
-    for member in ensemble.net.members:
-        alone = TabularClassifier(
-            dm.preprocessor.cardinalities,
-            dm.preprocessor.n_numeric_inputs,
-            ModelConfig(width=16, depth=1, dropout=0.0),
-        )
-        alone.net.load_state_dict(member.state_dict())
-        alone._loss(batch).backward()
-        for mine, theirs in zip(member.parameters(), alone.net.parameters(), strict=True):
-            assert torch.allclose(mine.grad, theirs.grad, atol=1e-6)
-
-
-@pytest.mark.parametrize("weighted", [False, True])
-def test_members_on_their_own_batches_get_the_gradients_they_would_alone(
-    splits: dict[str, pd.DataFrame], weighted: bool
-) -> None:
+    """On a shared batch, or (own_rows) on a batch stacked one per member, as the training
+    loader gives an ensemble."""
     dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
     dm.setup("fit")
     batches = [list(b)[:3] for b in dm.train_dataloader()][:2]
     if weighted:
         for batch in batches:
             batch.append(torch.rand(batch[2].shape[0]) * 2)
-    stacked = [torch.stack(pair) for pair in zip(*batches, strict=True)]
+    if not own_rows:
+        batches = [batches[0], batches[0]]
+    given = [torch.stack(pair) for pair in zip(*batches, strict=True)] if own_rows else batches[0]
     torch.manual_seed(0)
     ensemble = build_module(
         dm, ModelConfig(width=16, depth=1, members=2, dropout=0.0), TrainConfig(accelerator="cpu")
     )
     assert ensemble.row_orders == 2
-    ensemble._loss(stacked).backward()
+    ensemble._loss(given).backward()
     for member, batch in zip(ensemble.net.members, batches, strict=True):
         alone = TabularClassifier(
             dm.preprocessor.cardinalities,
@@ -230,10 +209,22 @@ def test_members_on_their_own_batches_get_the_gradients_they_would_alone(
         alone._loss(batch).backward()
         for mine, theirs in zip(member.parameters(), alone.net.parameters(), strict=True):
             assert torch.allclose(mine.grad, theirs.grad, atol=1e-6)
+
+
+def test_batches_stacked_one_per_member_must_fit_the_model(
+    splits: dict[str, pd.DataFrame],
+) -> None:
+    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    stacked = [torch.stack([t, t]) for t in batch]
     single = build_module(dm, ModelConfig(width=16, depth=1), TrainConfig(accelerator="cpu"))
     assert single.row_orders == 1
     with pytest.raises(ValueError, match="stacked one per member, but the model is one network"):
         single._loss(stacked)
+    ensemble = build_module(
+        dm, ModelConfig(width=16, depth=1, members=2), TrainConfig(accelerator="cpu")
+    )
     with pytest.raises(ValueError, match="3 stacked batches for 2 members"):
         ensemble._loss([torch.cat([t, t[:1]]) for t in stacked])
 
