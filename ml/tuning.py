@@ -351,16 +351,18 @@ def tune(
     if config.workers > 1 and config.n_trials is None:
         raise ValueError("parallel workers share a trial budget: set n_trials")
     study = create_study(config, max_epochs=train_config.max_epochs)
-    if config.n_trials is None:
-        objective = make_objective(datamodule, config, model_config, train_config)
-        callbacks = [trial_callback] if trial_callback else []
-        study.optimize(objective, timeout=config.timeout_s, callbacks=callbacks)
-        return summarize(study)
     first = (
         start_params(config.search_space, model_config, train_config)
         if config.defaults_first
         else None
     )
+    if config.n_trials is None:
+        if first is not None and not study.get_trials(deepcopy=False):
+            study.enqueue_trial(first)
+        objective = make_objective(datamodule, config, model_config, train_config)
+        callbacks = [trial_callback] if trial_callback else []
+        study.optimize(objective, timeout=config.timeout_s, callbacks=callbacks)
+        return summarize(study)
     plan_trials(study, config.n_trials, first)
     if config.workers == 1:
         objective = make_objective(datamodule, config, model_config, train_config)

@@ -154,6 +154,11 @@ def test_tune_runs_the_defaults_as_its_first_trial(
     (tmp_path / "off").mkdir()
     tune(datamodule, off, model, train)
     assert all(t.params != GOOD for t in create_study(off, max_epochs=1).get_trials())
+    # A study bounded by time alone starts with them too.
+    timed = _config(tmp_path / "timed", n_trials=None, timeout_s=0.01, pruning=False)
+    (tmp_path / "timed").mkdir()
+    tune(datamodule, timed, model, train)
+    assert create_study(timed, max_epochs=1).get_trials()[0].params == GOOD
 
 
 def test_budget_needs_a_limit(datamodule: TabularDataModule, tmp_path: Path) -> None:
