@@ -127,7 +127,8 @@ class TuneConfig:
     # A file path selects a journal file; anything with "://" is an RDB URL passed to Optuna.
     storage: str = ".flywheel/optuna/flights.journal"
     study_name: str = "flights-is-late"
-    # Parallel processes on one storage should each get a different sampler_seed.
+    # Each queued trial draws its configuration from this seed, the study's name and the trial's
+    # slot (ml.tuning.slot_seed): the same draws in any worker, and after a kill.
     sampler_seed: int = 0
     min_resource: int = 1
     # The Hyperband maximum resource is TrainConfig.max_epochs, so both cannot disagree.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import os
 import subprocess
@@ -120,17 +121,63 @@ def make_storage(storage: str, config: TuneConfig | None = None) -> BaseStorage:
     return JournalStorage(JournalFileBackend(str(path)))
 
 
+SLOT = "slot"  # a queued trial's place in the budget (a user attribute): what it draws from
+
+
+def slot(trial: FrozenTrial) -> int:
+    """The trial's place in the budget: 0 for the first trial, 1 for the second... A trial
+    queued again for a killed one takes its slot, so it draws and runs as that one would have.
+    (A trial queued before slots existed: its number.)"""
+    return int(trial.user_attrs.get(SLOT, trial.number))
+
+
+def slot_seed(config: TuneConfig, place: int) -> int:
+    """The sampler's seed for the trial in slot ``place``: the study's name (studies of other
+    datasets draw other configurations), the configured seed and the slot, never the order in
+    which trials ran or which worker ran them."""
+    return (zlib.crc32(config.study_name.encode()) + config.sampler_seed + place) % 2**32
+
+
+class SlotHyperband(optuna.pruners.HyperbandPruner):
+    """Hyperband whose brackets follow the trials' slots, not their numbers.
+
+    Optuna puts trial ``n`` in the bracket a hash of the study's name and ``n`` gives. A trial
+    queued again for one killed mid-run gets a new number, so it would land in another bracket
+    and meet other competitors. Here it lands in its slot's bracket, and the killed trial
+    (superseded: a newer trial holds its slot) leaves every bracket, with the values it
+    reported before it died: the rungs see what an uninterrupted study's would have.
+    """
+
+    def _get_bracket_id(self, study: optuna.Study, trial: FrozenTrial) -> int:
+        if len(self._pruners) == 0 or SLOT not in trial.user_attrs:
+            return super()._get_bracket_id(study, trial)
+        place = slot(trial)
+        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+        if any(t.number > trial.number and slot(t) == place for t in trials):
+            return -1  # superseded: in no bracket
+        assert self._n_brackets is not None
+        n = zlib.crc32(f"{study.study_name}_{place}".encode()) % self._total_trial_allocation_budget
+        for bracket_id in range(self._n_brackets):
+            n -= self._trial_allocation_budgets[bracket_id]
+            if n < 0:
+                return bracket_id
+        raise AssertionError("the allocation budgets sum to their total")
+
+
 def create_study(config: TuneConfig, max_epochs: int, worker: int = 0) -> optuna.Study:
     """Create or load the study named in ``config`` (Hyperband's max resource is max_epochs).
 
-    Each worker process samples with its own seed, offset by the trials already stored so a
-    resumed study does not replay the random start-up suggestions of its first run, and by the
-    study's name, so that studies of different datasets draw different configurations (with
-    the same seed every new study would try the same ones).
+    A queued trial draws its configuration from its slot's seed (``work`` gives the sampler
+    it): whichever worker runs it, and when a killed trial is queued again, the same draw. A
+    study bounded by time alone (``study.optimize``) has no slots: each worker process samples
+    with its own seed, offset by the trials already stored so a resumed study does not replay
+    its first run's draws. Both seeds include the study's name, so that studies of different
+    datasets draw different configurations (with the same seed every new study would try the
+    same ones).
     """
     pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
     if config.pruning:
-        pruner = optuna.pruners.HyperbandPruner(
+        pruner = SlotHyperband(
             min_resource=config.min_resource,
             max_resource=max_epochs,
             reduction_factor=config.reduction_factor,
@@ -142,8 +189,7 @@ def create_study(config: TuneConfig, max_epochs: int, worker: int = 0) -> optuna
         direction="minimize",
         load_if_exists=True,
     )
-    named = zlib.crc32(config.study_name.encode())
-    seed = (named + config.sampler_seed + 1000 * worker + len(study.trials)) % 2**32
+    seed = slot_seed(config, 1000 * worker + len(study.trials))
     study.sampler = optuna.samplers.TPESampler(seed=seed)
     return study
 
@@ -188,35 +234,43 @@ def start_params(space: SearchSpace, model: ModelConfig, train: TrainConfig) -> 
 def plan_trials(study: optuna.Study, n_trials: int, first: dict | None = None) -> int:
     """Queue trials until the finished, running and queued ones make ``n_trials``; how many.
 
-    ``first`` (parameters) is the first trial of a study that has none: the configuration known
-    to be good, which the sampled ones must beat.
+    Each queued trial holds a slot (``SLOT``), the lowest one no counted trial holds: a trial
+    queued in place of a killed one takes its slot, so it draws the killed one's configuration
+    and runs before the later slots, as in a study never interrupted. ``first`` (parameters) is
+    slot 0's: the configuration known to be good, which the sampled ones must beat.
 
     Workers only run queued trials, each claimed by exactly one of them, so the budget counts
-    finished trials across workers exactly: a failed trial's retry takes its place in the
-    queue. Without heartbeats a RUNNING trial may belong to a worker that died; it is not
-    counted, and its place is queued again.
+    finished trials across workers exactly: a failed trial's retry takes its place (and its
+    slot) in the queue. Without heartbeats a RUNNING trial may belong to a worker that died;
+    it is not counted, and its place is queued again.
     """
     counted = (*FINISHED, TrialState.WAITING)
     if heartbeats(study):
         fail_stale(study)
         counted = (*counted, TrialState.RUNNING)
-    missing = max(0, n_trials - len(study.get_trials(deepcopy=False, states=counted)))
-    for number in range(missing):
-        fresh = number == 0 and first is not None and not study.get_trials(deepcopy=False)
-        study.enqueue_trial(first if fresh else {})
+    held = {slot(t) for t in study.get_trials(deepcopy=False, states=counted)}
+    missing = max(0, n_trials - len(held))
+    free = (place for place in range(n_trials + len(held)) if place not in held)
+    for place in itertools.islice(free, missing):
+        params = first if place == 0 and first is not None else {}
+        study.enqueue_trial(params, user_attrs={SLOT: place})
     return missing
 
 
-def claim_trial(study: optuna.Study) -> Trial | None:
-    """Take a queued trial for this worker (None when the queue is empty).
+def claim_trial(study: optuna.Study, config: TuneConfig) -> Trial | None:
+    """Take a queued trial for this worker (None when the queue is empty), the lowest slot
+    first.
 
     The storage moves a trial from WAITING to RUNNING for one caller only: a row lock in a
     database, the journal's order of records in a file.
     """
     storage = study._storage
-    for waiting in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+    waiting_trials = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    for waiting in sorted(waiting_trials, key=lambda t: (slot(t), t.number)):
         try:
             if storage.set_trial_state_values(waiting._trial_id, state=TrialState.RUNNING):
+                # Its configuration is drawn from its slot, whoever runs it and whenever.
+                study.sampler = optuna.samplers.TPESampler(seed=slot_seed(config, slot(waiting)))
                 return Trial(study, waiting._trial_id)
         except UpdateFinishedTrialError:
             continue
@@ -264,7 +318,7 @@ def work(
     while deadline is None or time.monotonic() < deadline:
         if heartbeats(study):
             fail_stale(study)
-        trial = claim_trial(study)
+        trial = claim_trial(study, config)
         if trial is None:
             running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if running and heartbeats(study):

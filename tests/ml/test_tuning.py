@@ -1,5 +1,8 @@
 """Studies prune a clearly worse trial, record trial attributes and continue after a crash."""
 
+import signal
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,8 +13,8 @@ from optuna.trial import TrialState
 
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
-from ml.tuning import create_study, plan_trials, start_params, tune
-from tests.ml.conftest import run_until_killed
+from ml.tuning import claim_trial, create_study, plan_trials, start_params, tune
+from tests.ml.conftest import REPO, run_until_killed
 
 SPACE = SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",))
 GOOD = {"arch": "mlp", "width": 16, "depth": 1, "dropout": 0.0, "lr": 3e-2, "weight_decay": 1e-6}
@@ -142,6 +145,27 @@ def test_a_new_study_tries_the_defaults_first(tmp_path: Path) -> None:
     assert start_params(SPACE, model, replace(train, lr=1.0)) is None
 
 
+def test_a_killed_trial_is_queued_again_in_its_slot_and_runs_first(tmp_path: Path) -> None:
+    config = _config(tmp_path, n_trials=3)
+    study = create_study(config, max_epochs=1)
+    assert plan_trials(study, 3, GOOD) == 3
+    killed = claim_trial(study, config)  # slot 0 starts, and its process dies: left RUNNING
+    assert killed is not None and killed.suggest_float("lr", *SPACE.lr, log=True) == GOOD["lr"]
+    # Resumed: slot 0 is queued again, with the defaults, and is claimed before slots 1 and 2.
+    assert plan_trials(study, 3, GOOD) == 1
+    again = claim_trial(study, config)
+    assert again is not None and (again.number, again.user_attrs["slot"]) == (3, 0)
+    assert again.suggest_float("lr", *SPACE.lr, log=True) == GOOD["lr"]
+    later = claim_trial(study, config)
+    assert later is not None and (later.number, later.user_attrs["slot"]) == (1, 1)
+    # The sampler of a slot draws the same configuration, whoever claims it and when.
+    drawn = later.suggest_float("lr", *SPACE.lr, log=True)
+    fresh = create_study(replace(config, storage=str(tmp_path / "other.journal")), max_epochs=1)
+    plan_trials(fresh, 3)
+    claim_trial(fresh, config)
+    assert claim_trial(fresh, config).suggest_float("lr", *SPACE.lr, log=True) == drawn
+
+
 def test_tune_runs_the_defaults_as_its_first_trial(
     datamodule: TabularDataModule, tmp_path: Path
 ) -> None:
@@ -210,6 +234,86 @@ def test_study_killed_by_sigkill_continues_with_its_trials(
     assert result.n_complete == 3 and len(after) == 3
     assert all(t.state == TrialState.COMPLETE for t in after)
     assert after[0].params == before[0].params and after[0].value == before[0].value
+
+
+MID_TRIAL_KILL = """
+import os, signal, sys
+import lightning as L
+import ml.tuning
+from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
+from ml.data import TabularDataModule
+
+train_path, val_path, journal, kill_in = sys.argv[1:5]
+config = TuneConfig(n_trials=4, storage=journal, study_name="slots", min_resource=1,
+                    reduction_factor=3, search_space=SearchSpace(width=(16,), depth=(1, 1)))
+started = []
+
+class Die(L.Callback):
+    # Dies as the second epoch starts, in the first trial from the kill_in-th on that the
+    # pruner let through its first epoch: that epoch's value is reported.
+    def on_train_epoch_start(self, trainer, pl_module):
+        if int(kill_in) and len(started) >= int(kill_in) and trainer.current_epoch == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+def train(datamodule, model, train_config, callbacks=()):
+    started.append(1)
+    return real_train(datamodule, model, train_config, callbacks=[*callbacks, Die()])
+
+real_train, ml.tuning.train = ml.tuning.train, train
+ml.tuning.tune(TabularDataModule(train_path, val_path, batch_size=512),
+               config, ModelConfig(arch="mlp", width=16, depth=1),
+               TrainConfig(max_epochs=3, batch_size=512, early_stopping_patience=None))
+"""
+
+
+def test_a_trial_killed_mid_run_is_run_again_as_the_uninterrupted_study_ran_it(
+    parquet_splits: dict[str, Path], tmp_path: Path
+) -> None:
+    """SIGKILL in the third or fourth of four trials (slot 2 or 3), after its first epoch
+    reported to the pruner; the study resumed in a fresh process ends as one never
+    interrupted: the same configuration, value and state in every slot, the killed trial left
+    RUNNING and out of every Hyperband bracket (its rerun is not compared with its own first
+    epoch)."""
+
+    def play(journal: Path, kill_in: int) -> list:
+        args = [*(str(parquet_splits[k]) for k in ("train", "val")), str(journal), str(kill_in)]
+        done = subprocess.run(
+            [sys.executable, "-c", MID_TRIAL_KILL, *args],
+            cwd=REPO,
+            capture_output=True,
+            timeout=300,
+        )
+        return [done.returncode, done.stderr.decode()[-2000:]]
+
+    killed = tmp_path / "killed.journal"
+    status, err = play(killed, kill_in=3)
+    assert status == -signal.SIGKILL, err
+    assert play(killed, kill_in=0)[0] == 0  # resumed: nothing is killed
+    assert play(tmp_path / "whole.journal", kill_in=0)[0] == 0
+
+    def by_slot(journal: Path) -> tuple[dict, list]:
+        config = TuneConfig(storage=str(journal), study_name="slots", search_space=SPACE)
+        trials = create_study(config, max_epochs=3).get_trials()
+        done = {
+            t.user_attrs["slot"]: (t.state, t.params, t.value, t.last_step)
+            for t in trials
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        }
+        return done, [t for t in trials if t.state not in (TrialState.COMPLETE, TrialState.PRUNED)]
+
+    resumed, left = by_slot(killed)
+    whole, none = by_slot(tmp_path / "whole.journal")
+    assert sorted(resumed) == sorted(whole) == [0, 1, 2, 3] and not none
+    [stale] = left
+    assert stale.state == TrialState.RUNNING and stale.user_attrs["slot"] in (2, 3)
+    assert stale.number == stale.user_attrs["slot"] and 0 in stale.intermediate_values
+    for place, (state, params, value, step) in whole.items():
+        assert resumed[place][:2] == (state, params), place
+        assert resumed[place][2] == pytest.approx(value, abs=1e-6), place
+        assert resumed[place][3] == step, place
+    # The draws differ from slot to slot, and the pruner stopped some.
+    assert len({tuple(sorted(p.items())) for _, p, _, _ in whole.values()}) == 4
+    assert TrialState.PRUNED in {state for state, *_ in whole.values()}
 
 
 def test_k_trials_at_once_give_the_results_of_the_same_trials_one_after_another(
