@@ -12,6 +12,8 @@ shell that starts it), so every run the daemon launches uses the same.
   (`FLYWHEEL_OPTUNA_STORAGE`) for their heartbeats.
 - `FLYWHEEL_SENSOR_INTERVAL_S`: the least seconds between two evaluations of every sensor
   (default: each sensor's own, 30 or 60 s).
+- `FLYWHEEL_TASK`: the task the code location serves, a name under `pipelines/tasks/` or a
+  YAML file's path (default `flights`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ RETRAINING_SETTINGS = {
     "FLYWHEEL_TUNING_WORKERS": ("challenger_model", "workers", 1),
 }
 SENSOR_INTERVAL = "FLYWHEEL_SENSOR_INTERVAL_S"
+TASK = "FLYWHEEL_TASK"
 # The label exchange (pipelines/resources.py: label_exchange).
 LABELING_SETTINGS = (
     "FLYWHEEL_LABELING",
@@ -37,7 +40,7 @@ LABELING_SETTINGS = (
     "FLYWHEEL_LABEL_STUDIO_PROJECT",
 )
 # What the shell that starts a deployment may set for the code location.
-SETTINGS = (*RETRAINING_SETTINGS, SENSOR_INTERVAL, *LABELING_SETTINGS)
+SETTINGS = (*RETRAINING_SETTINGS, SENSOR_INTERVAL, TASK, *LABELING_SETTINGS)
 
 
 def positive_int(name: str, environ: Mapping[str, str] | None = None) -> int | None:

@@ -20,17 +20,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pipelines.lib.datasets import init_repository
 from tests.deploy.stackctl import passable, stack, stack_env
 
 REPO = Path(__file__).resolve().parents[2]
 # The first model after four days (three of them labelled: train, validation, test), on
-# Saturday 03-02; Sunday's labels come in. Sunday night's tick of the weekly schedule (submitted
-# by the simulator's calendar through the daemon's queue) skips: the champion was trained within
-# the cooldown. (Until the tuning's first trial became the ml defaults, the first model lost to
-# the logistic-regression floor here, and that tick trained the first champion.)
+# Saturday 03-02; Sunday's labels come in, and Sunday night's tick of the weekly schedule
+# (submitted by the simulator's calendar through the daemon's queue) retrains on them: the task
+# played is the flagship's with a cooldown of one day (`cooldown_days`), so the schedule does not
+# wait a week for the first champion to age (the retraining after it is what the test follows).
 START, DAYS, BOOTSTRAP = "2013-02-27", 5, 4
+COOLDOWN_DAYS = 1
 BUDGET = {
     "FLYWHEEL_TRIALS": "1",
     "FLYWHEEL_MAX_EPOCHS": "2",
@@ -70,6 +72,17 @@ def main_job(env: dict[str, str], *flags: str) -> dict:
     return summary(env)
 
 
+@pytest.fixture(scope="module")
+def task_file(tmp_path_factory) -> Path:
+    """The flagship task with the monitoring's cooldown cut to `COOLDOWN_DAYS`."""
+    task = yaml.safe_load((REPO / "pipelines" / "tasks" / "flights.yaml").read_text())
+    assert task["monitoring"]["cooldown_days"] > COOLDOWN_DAYS
+    task["monitoring"]["cooldown_days"] = COOLDOWN_DAYS
+    path = tmp_path_factory.mktemp("task") / "flights.yaml"
+    path.write_text(yaml.safe_dump(task, sort_keys=False))
+    return path
+
+
 def summary(env: dict[str, str]) -> dict:
     """The loop on the instance of `env`."""
     out = python("tests.deploy.loop_summary", [], env, timeout_s=300)
@@ -77,7 +90,7 @@ def summary(env: dict[str, str]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def in_process(tmp_path_factory) -> dict:
+def in_process(tmp_path_factory, task_file: Path) -> dict:
     home = tmp_path_factory.mktemp("embedded")
     (home / "dagster").mkdir()
     (home / "dagster" / "dagster.yaml").write_text((REPO / "deploy" / "dagster.yaml").read_text())
@@ -85,6 +98,7 @@ def in_process(tmp_path_factory) -> dict:
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("FLYWHEEL_", "DAGSTER_"))},
         **BUDGET,
+        "FLYWHEEL_TASK": str(task_file),
         "FLYWHEEL_ENV": "local",
         "FLYWHEEL_HOME": str(home),
         "DAGSTER_HOME": str(home / "dagster"),
@@ -94,12 +108,12 @@ def in_process(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def through_the_daemon(tmp_path_factory) -> dict:
+def through_the_daemon(tmp_path_factory, task_file: Path) -> dict:
     home = tmp_path_factory.mktemp("stack")
     passable(home)
     # The code location's retraining settings come from the shell that starts the stack.
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in BUDGET.items():
+        for key, value in {**BUDGET, "FLYWHEEL_TASK": str(task_file)}.items():
             patch.setenv(key, value)
         try:
             stack("up", home)
@@ -129,12 +143,12 @@ def test_the_daemon_driven_stack_plays_the_same_loop_as_the_in_process_driver(
         "retraining_job",
     }
     origins = [origin for job, _, origin, _ in runs if job == "retraining_job"]
-    assert origins == ["operator:bootstrap"]
+    assert origins == ["operator:bootstrap", "retraining_schedule"]
     assert through_the_daemon["runs"] == runs
-    assert len(in_process["datasets"]) == 1
+    assert len(in_process["datasets"]) == 2
     assert through_the_daemon["datasets"] == in_process["datasets"]
-    [(version, decision, _)] = in_process["decisions"]
-    assert (version, decision) == ("1", "promoted")
+    [(version, decision, _), (challenger, _, _)] = in_process["decisions"]
+    assert (version, decision, challenger) == ("1", "promoted", "2")
     assert through_the_daemon["decisions"] == in_process["decisions"]
 
 
