@@ -4,7 +4,9 @@ shell that starts it), so every run the daemon launches uses the same.
 
 - `FLYWHEEL_TRIALS`, `FLYWHEEL_MAX_EPOCHS`, `FLYWHEEL_VALIDATION_DAYS`, `FLYWHEEL_TEST_DAYS`: the
   retraining job's budget and held-out windows (its run config; a run may override them),
-  default 4 trials of 12 epochs, 7 and 7 days.
+  default 1 trial of 12 epochs, 7 and 7 days. The one trial is the `ml` defaults, early-stopped
+  on the validation week; more trials add configurations drawn by the sampler and picked on that
+  week, which on the 2013 main job did not pay for their time (README, Benchmarks).
 - `FLYWHEEL_MEMBERS`: networks in each challenger, trained side by side from their own
   initialisations and averaged (a deep ensemble; the trials train one each), default 3.
 - `FLYWHEEL_TUNING_WORKERS`: worker processes tuning each challenger's study together (default
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 
 # Each setting of the retraining job: (op, config field, default).
 RETRAINING_SETTINGS = {
-    "FLYWHEEL_TRIALS": ("challenger_model", "n_trials", 4),
+    "FLYWHEEL_TRIALS": ("challenger_model", "n_trials", 1),
     "FLYWHEEL_MAX_EPOCHS": ("challenger_model", "max_epochs", 12),
     "FLYWHEEL_MEMBERS": ("challenger_model", "members", 3),
     "FLYWHEEL_VALIDATION_DAYS": ("training_dataset", "validation_days", 7),

@@ -71,7 +71,7 @@ def _play_arguments(parser: argparse.ArgumentParser) -> None:
         "--bootstrap-days", type=_positive_int, default=21, help="days before the first model"
     )
     parser.add_argument(
-        "--trials", type=_positive_int, help="tuning trials per retraining (FLYWHEEL_TRIALS, 4)"
+        "--trials", type=_positive_int, help="tuning trials per retraining (FLYWHEEL_TRIALS, 1)"
     )
     parser.add_argument(
         "--max-epochs", type=_positive_int, help="epochs per trial (FLYWHEEL_MAX_EPOCHS, 12)"
