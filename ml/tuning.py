@@ -167,7 +167,7 @@ class SlotHyperband(optuna.pruners.HyperbandPruner):
 def create_study(config: TuneConfig, max_epochs: int, worker: int = 0) -> optuna.Study:
     """Create or load the study named in ``config`` (Hyperband's max resource is max_epochs).
 
-    A queued trial draws its configuration from its slot's seed (``work`` gives the sampler
+    A queued trial draws its configuration from its slot's seed (``claim_trial`` gives the sampler
     it): whichever worker runs it, and when a killed trial is queued again, the same draw. A
     study bounded by time alone (``study.optimize``) has no slots: each worker process samples
     with its own seed, offset by the trials already stored so a resumed study does not replay
