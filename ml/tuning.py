@@ -152,9 +152,12 @@ class SlotHyperband(optuna.pruners.HyperbandPruner):
         if len(self._pruners) == 0 or SLOT not in trial.user_attrs:
             return super()._get_bracket_id(study, trial)
         place = slot(trial)
-        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
-        if any(t.number > trial.number and slot(t) == place for t in trials):
-            return -1  # superseded: in no bracket
+        # A complete or pruned trial is counted, so its slot is never queued again: only a
+        # running or failed one (the one being pruned, a killed one) needs the others read.
+        if trial.state not in FINISHED:
+            trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+            if any(t.number > trial.number and slot(t) == place for t in trials):
+                return -1  # superseded: in no bracket
         assert self._n_brackets is not None
         n = zlib.crc32(f"{study.study_name}_{place}".encode()) % self._total_trial_allocation_budget
         for bracket_id in range(self._n_brackets):
