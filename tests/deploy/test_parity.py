@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -122,10 +123,19 @@ def through_the_daemon(tmp_path_factory, task_file: Path) -> dict:
             services = {
                 int(json.loads(p.read_text())["pid"]) for p in (home / "stack" / "pids").glob("*")
             }
+            mlflow = int(json.loads((home / "stack" / "pids" / "mlflow.json").read_text())["pid"])
+            beside_mlflow = [
+                " ".join(child.cmdline()) for child in psutil.Process(mlflow).children(True)
+            ]
             # Down and up again: the same state (runs in Postgres, objects in S3, sensor cursors).
             stack("down", home)
             assert "restored" in stack("up", home)
-            yield {**loop, "services": sorted(services), "after_restart": summary(env)}
+            yield {
+                **loop,
+                "services": sorted(services),
+                "beside_mlflow": beside_mlflow,
+                "after_restart": summary(env),
+            }
         finally:
             stack("down", home)
 
@@ -162,6 +172,10 @@ def test_in_process_every_run_shares_one_process_and_through_the_daemon_each_has
     pids = [pid for pids in through_the_daemon["pids"] for pid in pids]
     assert len(pids) == len(through_the_daemon["runs"]) == len(set(pids))
     assert not set(pids) & set(through_the_daemon["services"])
+    # The MLflow server's own workers only: no consumers of MLflow's job queue (its GenAI jobs,
+    # which flywheel never submits; they cost a seventh of this stack's CPU when they ran).
+    assert through_the_daemon["beside_mlflow"]
+    assert not [c for c in through_the_daemon["beside_mlflow"] if "huey" in c]
 
 
 def test_the_stack_stopped_and_started_again_keeps_the_loop(through_the_daemon: dict):
