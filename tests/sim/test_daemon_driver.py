@@ -1,0 +1,76 @@
+"""The daemon driver's reading of the instance, without a stack: a webserver stand-in whose
+submitted runs the instance records as finished at once (what the daemon would do, quickly)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import date
+
+import dagster as dg
+import pytest
+
+import sim.daemon
+from sim.daemon import DaemonDriver
+from sim.driver import RETRAINING_JOB, RETRAINING_SCHEDULE
+from sim.executor import RunFailedError
+
+
+class FinishingWebserver:
+    """Records every submitted run in `instance` with the status given (SUCCESS by default)."""
+
+    def __init__(self, instance: dg.DagsterInstance):
+        self.instance = instance
+        self.status = dg.DagsterRunStatus.SUCCESS
+
+    def launch(self, job: str, tags: dict[str, str], run_config: dict) -> str:
+        run = dg.DagsterRun(job_name=job, run_id=str(uuid.uuid4()), status=self.status, tags=tags)
+        self.instance.add_run(run)
+        return run.run_id
+
+    def start_sensor(self, name: str) -> None:
+        pass  # no daemon here: nothing would tick it
+
+
+@pytest.fixture
+def driver():
+    @dg.op
+    def nothing() -> None:
+        pass
+
+    @dg.job(name=RETRAINING_JOB)
+    def retraining() -> None:
+        nothing()
+
+    schedule = dg.ScheduleDefinition(
+        name=RETRAINING_SCHEDULE, job=retraining, cron_schedule="@weekly"
+    )
+    defs = dg.Definitions(jobs=[retraining], schedules=[schedule])
+    with dg.instance_for_test() as instance:
+        webserver = FinishingWebserver(instance)
+        yield DaemonDriver(defs, instance, webserver, land=print, deliver_labels=print)
+
+
+def test_each_poll_reads_only_the_runs_since_the_last_idle_moment(driver, monkeypatch):
+    monkeypatch.setattr(sim.daemon, "CLOCK_MARGIN_S", 0.0)
+    first = driver.retrain("drift", date(2013, 3, 4))
+    assert first[0] == RETRAINING_JOB
+    time.sleep(1.1)  # SQLite records creation times to the second
+    second = driver.webserver.launch(RETRAINING_JOB, {}, {})
+    # The first run, finished and reported before the pipeline was idle, is no longer read.
+    assert [r.dagster_run.run_id for r in driver._records()] == [second]
+    assert [run[3] for run in driver.react().runs] == [second]
+    assert driver._records() == []
+
+
+def test_within_the_clock_margin_a_reported_run_is_read_but_not_reported_again(driver):
+    first = driver.retrain("drift", date(2013, 3, 4))
+    second = driver.retrain("drift", date(2013, 3, 11))
+    assert [r.dagster_run.run_id for r in driver._records()] == [first[3], second[3]]
+    assert driver.react().runs == []
+
+
+def test_a_failed_run_that_will_not_be_retried_stops_the_drive(driver):
+    driver.webserver.status = dg.DagsterRunStatus.FAILURE
+    with pytest.raises(RunFailedError, match="will not be retried"):
+        driver.retrain("drift", date(2013, 3, 4))
