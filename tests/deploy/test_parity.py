@@ -173,7 +173,7 @@ def test_in_process_every_run_shares_one_process_and_through_the_daemon_each_has
     assert len(pids) == len(through_the_daemon["runs"]) == len(set(pids))
     assert not set(pids) & set(through_the_daemon["services"])
     # The MLflow server's own workers only: no consumers of MLflow's job queue (its GenAI jobs,
-    # which flywheel never submits; they cost a seventh of this stack's CPU when they ran).
+    # which flywheel never submits; they took about a tenth of this stack's CPU when they ran).
     assert through_the_daemon["beside_mlflow"]
     assert not [c for c in through_the_daemon["beside_mlflow"] if "huey" in c]
 
