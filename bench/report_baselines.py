@@ -9,10 +9,10 @@ other, the weeks from `--since` to the last played:
    the days (`encode` per fit, joblib processes): the code of that time, kept here;
 2. every fit after the last day, as the report makes them without the fits made during the days
    (the features encoded once: `sim.reference.Columns`);
-3. the ceiling's fits made by `sim.reference.CeilingFits` as the main job feeds it, week by week
-   (the seconds until its last result: on an otherwise idle machine, not alongside the days),
-   then what is left for the report after the last day: the reference's fits and the check of
-   each ceiling fit's inputs.
+3. the ceiling's and the reference's fits made by `sim.reference.BaselineFits` as the main job
+   feeds it, week by week with the labels spent so far (the seconds until its last result: on an
+   otherwise idle machine, not alongside the days), then what is left for the report after the
+   last day: the check of each fit's inputs, and the fits whose inputs changed since.
 
 Prints the seconds of each and whether the three give the same AUCs to the last digit.
 """
@@ -69,19 +69,15 @@ def main() -> int:
     from pipelines.contracts import load_task
     from pipelines.definitions import defs
     from pipelines.model_spec import load_model_spec
-    from sim.reference import CeilingFits, weekly_reference
-    from sim.report import played_flights, resource
+    from sim.reference import BaselineFits, weekly_reference
+    from sim.report import labels_per_day, played_flights, resource
 
     features = load_model_spec(load_task()).features
     warehouse = resource(defs, "warehouse")
     last = warehouse.query("select max(flight_date) as d from fct_flight_features").d[0]
     last = pd.Timestamp(last).date()
     flights = played_flights(warehouse, features, last)
-    spend = warehouse.query(
-        "select f.flight_date, count(distinct l.flight_id) as labels from raw.flight_labels l "
-        "join fct_flight_features f using (flight_id) group by f.flight_date"
-    )
-    per_day = pd.Series(spend["labels"].to_numpy(), index=pd.to_datetime(spend.flight_date).dt.date)
+    per_day = labels_per_day(warehouse)
     first = args.since - timedelta(days=args.since.weekday())
     weeks = [first + timedelta(weeks=k) for k in range((last - first).days // 7 + 1)]
     print(f"{len(flights):,} flights played up to {last}; {len(weeks)} weeks from {first}")
@@ -95,20 +91,21 @@ def main() -> int:
     print(f"2. every fit after the last day, encoded once: {time.perf_counter() - began:.1f} s")
 
     began = time.perf_counter()
-    fits, sent = CeilingFits(features), None
+    fits, sent = BaselineFits(features), None
     for week in weeks:
         end = week + timedelta(days=6)
         if end > last:
             break
         new = flights[flights.flight_date <= end]
-        fits.add(new if sent is None else new[new.flight_date > sent], [week])
+        spent = per_day[per_day.index <= end]
+        fits.add(new if sent is None else new[new.flight_date > sent], [week], spent)
         sent = end
     fitted = fits.results()
     during = time.perf_counter() - began
     began = time.perf_counter()
     reused = weekly_reference(flights, per_day, weeks, features, fitted=fitted)
     print(
-        f"3. the ceiling's {len(fitted)} fits in the idle-priority process: {during:.1f} s; "
+        f"3. the baselines' {len(fitted)} fits in the idle-priority process: {during:.1f} s; "
         f"what is left after the last day: {time.perf_counter() - began:.1f} s"
     )
     for name, frame in (("2", now), ("3", reused)):

@@ -148,7 +148,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     from sim.daemon import WEBSERVER_URL, DaemonDriver, webserver_from_env
     from sim.driver import POLICIES, RETRAINING_JOB, Driver, FlywheelDriver
     from sim.labeling import annotators_for
-    from sim.report import CeilingInBackground, resource, write_report
+    from sim.report import BaselinesInBackground, resource, write_report
 
     options = options or RunOptions()
     home = flywheel_home()
@@ -199,11 +199,11 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 options.pool_wait_s,
                 POLICIES[options.policy],
             )
-        # The ceiling's fits while the days play, in process only: the daemon's runs, in their
+        # The baselines' fits while the days play, in process only: the daemon's runs, in their
         # own processes, may hold the warehouse whenever this process would read it.
         background = None
         if options.baselines and not options.daemon:
-            background = CeilingInBackground.of_task(defs, task.name)
+            background = BaselinesInBackground.of_task(defs, task.name)
             stack.callback(background.fits.close)
         if versions(tracker, name):
             driver.retraining = True
@@ -256,14 +256,14 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             try:
                 during = background.fits.made()
                 fitted = background.fits.results()
-                # In the log: how many of the report's ceiling fits it need not make.
+                # In the log: how many of the report's baseline fits it need not make.
                 print(
-                    f"the ceiling's fits: {during} made while the days played, "
+                    f"the baselines' fits: {during} made while the days played, "
                     f"{len(fitted) - during} after the last day",
                     flush=True,
                 )
             except RuntimeError as error:
-                say(f"{error}\nthe report fits the ceiling of every week itself", error=True)
+                say(f"{error}\nthe report fits the baselines of every week itself", error=True)
         report = write_report(
             defs,
             instance,

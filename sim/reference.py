@@ -178,7 +178,7 @@ def weekly_reference(
 
     `flights` holds every flight played (its `time_column` a date, the features, the label);
     `spend` how many labels the flywheel got for each landing day's flights. A week in
-    `fitted` whose fit would have the same inputs keeps its AUC there (see `CeilingFits`); the
+    `fitted` whose fit would have the same inputs keeps its AUC there (see `BaselineFits`); the
     other fits run in `jobs` processes (default: one per core).
     """
     from joblib import Parallel, delayed
@@ -210,12 +210,13 @@ def weekly_reference(
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-class CeilingFits:
-    """The ceiling's weekly fits, made while the days are played by a process at the lowest CPU
+class BaselineFits:
+    """The baselines' weekly fits, made while the days are played by a process at the lowest CPU
     priority: it takes only the time the days leave idle, so the report need not fit them after
-    the last day. Give it each week's flights in the order the report will read them (`add`),
-    then hand its `results` to `weekly_reference`, which keeps those whose inputs are the same
-    as its own and fits the others.
+    the last day. Give it each week's flights in the order the report will read them, with the
+    labels the flywheel spent on each day so far (`add`), then hand its `results` to
+    `weekly_reference`, which keeps those whose inputs are the same as its own and fits the
+    others: the ceiling's, and the same-budget reference's once a day's spend is final.
 
     The process ends with `results`, with `close`, or when the process that started it is gone
     (killed too).
@@ -230,17 +231,20 @@ class CeilingFits:
         self._process = context.Process(
             target=_fit_in_background,
             args=(self._inbox, self._outbox, features, time_column, seed, os.getpid()),
-            name="ceiling-fits",
+            name="baseline-fits",
             daemon=True,
         )
         self._process.start()
         self._fitted: dict[tuple[date, str], tuple[str, float]] = {}
         self._ended = False
 
-    def add(self, flights: pd.DataFrame, weeks: Sequence[date]) -> None:
-        """The flights played since the last `add` (with their label), and the weeks (Mondays)
-        whose ceiling can be fitted now: every day of them has been played."""
-        self._inbox.put((flights, [pd.Timestamp(week).date() for week in weeks]))
+    def add(
+        self, flights: pd.DataFrame, weeks: Sequence[date], spend: pd.Series | None = None
+    ) -> None:
+        """The flights played since the last `add` (with their label), the weeks (Mondays) whose
+        baselines can be fitted now (every day of them has been played), and the labels spent on
+        each landing day so far (`weekly_reference`'s `spend`; None: the ceiling's fits only)."""
+        self._inbox.put((flights, [pd.Timestamp(week).date() for week in weeks], spend))
 
     def made(self) -> int:
         """How many fits are made so far (without waiting for any)."""
@@ -250,9 +254,9 @@ class CeilingFits:
         return len(self._fitted)
 
     def results(self) -> dict[tuple[date, str], tuple[str, float]]:
-        """Every fit, once those asked for are made: (week, "ceiling") -> (the `fingerprint` of
-        its inputs, its AUC). Raises RuntimeError when the process failed (with its traceback)
-        or was killed."""
+        """Every fit, once those asked for are made: (week, "ceiling" or "reference") -> (the
+        `fingerprint` of its inputs, its AUC). Raises RuntimeError when the process failed (with
+        its traceback) or was killed."""
         self._inbox.put(None)
         try:
             while not self._ended:
@@ -262,7 +266,7 @@ class CeilingFits:
                 except queue.Empty:
                     if not alive:  # ended before that second, and nothing came: killed
                         raise RuntimeError(
-                            "the ceiling's background fits ended with exit code "
+                            "the baselines' background fits ended with exit code "
                             f"{self._process.exitcode} and no results"
                         ) from None
         finally:
@@ -275,7 +279,7 @@ class CeilingFits:
             self._fitted[message[1]] = message[2]
         elif message[0] == "error":
             self._ended = True
-            raise RuntimeError(f"the ceiling's background fits failed:\n{message[1]}")
+            raise RuntimeError(f"the baselines' background fits failed:\n{message[1]}")
         else:
             self._ended = True
 
@@ -306,7 +310,7 @@ def _fit_in_background(
     seed: int,
     parent: int,
 ) -> None:
-    """`CeilingFits`' process: fits the weeks asked for, oldest first, while taking in what is
+    """`BaselineFits`' process: fits the weeks asked for, oldest first, while taking in what is
     added, and sends each result as it is made; once told (None) that nothing more comes and
     every week is fitted, it says so and ends."""
     import traceback
@@ -321,6 +325,8 @@ def _fit_in_background(
     frames: list[pd.DataFrame] = []
     pending: list[date] = []
     played: PlayedFlights | None = None
+    spend: pd.Series | None = None
+    sampled: np.ndarray | None = None  # the reference's rows for `played` and `spend`
     done = False
     try:
         with threadpool_limits(1):
@@ -337,6 +343,7 @@ def _fit_in_background(
                     elif message:
                         frames.append(message[0])
                         pending, played = sorted({*pending, *message[1]}), None
+                        spend = message[2] if message[2] is not None else spend
                         continue
                     elif not pending:
                         continue
@@ -345,11 +352,19 @@ def _fit_in_background(
                 if played is None:
                     flights = pd.concat(frames, ignore_index=True)
                     played = PlayedFlights(flights, features, time_column)
+                    sampled = None
+                    if spend is not None:
+                        sample = reference_sample(played.flights, spend, time_column, seed)
+                        sampled = sample.index.to_numpy()
                 week = pending.pop(0)
-                _, y, fit = played.fit(np.arange(len(played.flights)), week)
-                if fit is not None:
-                    auc = auroc(y, fit_predict(*fit, seed))
-                    outbox.put(("fit", (week, "ceiling"), (fingerprint(fit), auc)))
+                pools = {"ceiling": np.arange(len(played.flights)), "reference": sampled}
+                for name, pool in pools.items():
+                    if pool is None:
+                        continue
+                    _, y, fit = played.fit(pool, week)
+                    if fit is not None:
+                        auc = auroc(y, fit_predict(*fit, seed))
+                        outbox.put(("fit", (week, name), (fingerprint(fit), auc)))
         outbox.put(("end",))
     except BaseException:  # the main job shows it (and fits the weeks itself)
         outbox.put(("error", traceback.format_exc()))

@@ -31,7 +31,7 @@ from pipelines.model_spec import load_model_spec
 from sim import alarms
 from sim.driver import RETRAINING_JOB
 from sim.labeling import is_late
-from sim.reference import CeilingFits, Fitted
+from sim.reference import BaselineFits, Fitted
 
 
 @dataclass
@@ -152,29 +152,35 @@ def reference_auc(
     features = load_model_spec(load_task(task_name)).features
     warehouse = resource(defs, "warehouse")
     flights = played_flights(warehouse, features, last)
+    spend = labels_per_day(warehouse)
+    return weekly_reference(flights, spend, weeks, features, "flight_date", fitted=fitted)
+
+
+def labels_per_day(warehouse: Any) -> pd.Series:
+    """How many flights of each landing day the flywheel got a label for, so far."""
     spend = warehouse.query(
         "select f.flight_date, count(distinct l.flight_id) as labels from raw.flight_labels l "
         "join fct_flight_features f using (flight_id) group by f.flight_date"
     )
-    per_day = pd.Series(spend["labels"].to_numpy(), index=pd.to_datetime(spend.flight_date).dt.date)
-    return weekly_reference(flights, per_day, weeks, features, "flight_date", fitted=fitted)
+    return pd.Series(spend["labels"].to_numpy(), index=pd.to_datetime(spend.flight_date).dt.date)
 
 
-class CeilingInBackground:
-    """The all-labels ceiling's weekly fits made while the main job plays the days (see
-    sim.reference.CeilingFits): after each played Sunday, the flights played since the last
-    one go to the fitting process, with the weeks now complete from the production period's
-    first on. Its `fits` give the report those whose inputs are still the same (all of them,
-    unless a played day's features were rebuilt)."""
+class BaselinesInBackground:
+    """The baselines' weekly fits made while the main job plays the days (see
+    sim.reference.BaselineFits): after each played Sunday, the flights played since the last
+    one go to the fitting process, with the labels spent on each day so far and the weeks now
+    complete from the production period's first on. Its `fits` give the report those whose
+    inputs are still the same: the ceiling's (all of them, unless a played day's features were
+    rebuilt) and the reference's (unless a day's labels came after its week was fitted)."""
 
     def __init__(self, warehouse: Any, features: FeatureConfig) -> None:
         self.warehouse, self.features = warehouse, features
-        self.fits = CeilingFits(features)
+        self.fits = BaselineFits(features)
         self.sent: date | None = None  # flights up to this day were added
         self.weeks: set[date] = set()  # weeks asked for
 
     @classmethod
-    def of_task(cls, defs: dg.Definitions, task_name: str) -> CeilingInBackground:
+    def of_task(cls, defs: dg.Definitions, task_name: str) -> BaselinesInBackground:
         """For the task's flights in the code location's warehouse."""
         features = load_model_spec(load_task(task_name)).features
         return cls(resource(defs, "warehouse"), features)
@@ -186,7 +192,8 @@ class CeilingInBackground:
         first = production_start - timedelta(days=production_start.weekday())
         complete = [first + timedelta(weeks=k) for k in range(((day - first).days + 1) // 7)]
         weeks = [week for week in complete if week not in self.weeks]
-        self.fits.add(played_flights(self.warehouse, self.features, day, self.sent), weeks)
+        flights = played_flights(self.warehouse, self.features, day, self.sent)
+        self.fits.add(flights, weeks, labels_per_day(self.warehouse))
         self.sent = day
         self.weeks.update(weeks)
 
@@ -261,7 +268,7 @@ def write_report(
     tables as CSV (`weekly.csv`, `retrainings.csv`, `labels.csv`); each retraining is judged on
     the `horizon_days` after it (see sim.alarms). Without `baselines`, the same-budget
     reference and the ceiling are not trained (their columns stay empty); `fitted` holds those
-    of their fits already made (see `CeilingInBackground`)."""
+    of their fits already made (see `BaselinesInBackground`)."""
     from ml.plots import weekly_auc_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from ml.config import FeatureConfig
-from sim.reference import CeilingFits, Columns, encode, reference_sample, weekly_reference
+from sim.reference import BaselineFits, Columns, encode, reference_sample, weekly_reference
 
 FEATURES = FeatureConfig(categorical=("carrier",), numeric=("x", "noise"), label="is_late")
 START = date(2013, 1, 7)  # a Monday
@@ -157,38 +157,54 @@ def test_the_codes_are_those_of_the_training_rows_in_a_real_sized_week() -> None
         np.testing.assert_array_equal(got, want)
 
 
-def add_by_week(fits: CeilingFits, frame: pd.DataFrame, weeks: int) -> None:
-    """As the main job does: each week's flights once it is played, and that week's fit."""
+def add_by_week(
+    fits: BaselineFits, frame: pd.DataFrame, weeks: int, spend: pd.Series | None = None
+) -> None:
+    """As the main job does: each week's flights once it is played, that week's fit, and the
+    labels spent on the days played so far (when given)."""
     for k in range(weeks):
         monday = START + timedelta(days=7 * k)
         week = frame[(frame.flight_date >= monday) & (frame.flight_date < monday + timedelta(7))]
-        fits.add(week, [monday])
+        so_far = None if spend is None else spend[spend.index < monday + timedelta(7)]
+        fits.add(week, [monday], so_far)
 
 
-def test_the_ceiling_fitted_in_the_background_is_the_ceiling_the_report_fits() -> None:
+def test_the_baselines_fitted_in_the_background_are_those_the_report_fits() -> None:
     frame = flights(weeks=4)
     spend = pd.Series(30, index=sorted(frame.flight_date.unique()))
     weeks = [START + timedelta(days=7 * k) for k in range(4)]
-    fits = CeilingFits(FEATURES)
-    add_by_week(fits, frame, 4)
+    fits = BaselineFits(FEATURES)
+    add_by_week(fits, frame, 4, spend)
     fitted = fits.results()
     # The first week has nothing before it: no fit.
-    assert sorted(fitted) == [(week, "ceiling") for week in weeks[1:]]
+    assert sorted(fitted) == sorted(
+        (week, name) for week in weeks[1:] for name in ("ceiling", "reference")
+    )
     own = weekly_reference(frame, spend, weeks, FEATURES)
     reused = weekly_reference(frame, spend, weeks, FEATURES, fitted=fitted)
     pd.testing.assert_frame_equal(reused, own, check_exact=True)
     # A fit with the same inputs is not made again: a planted AUC with the right fingerprint
     # is what the report shows...
     planted = {key: (digest, 0.123) for key, (digest, _) in fitted.items()}
-    assert (
-        weekly_reference(frame, spend, weeks, FEATURES, fitted=planted).ceiling[1:] == 0.123
-    ).all()
-    # ...and one whose inputs differ (a flight changed since) is fitted again.
+    shown = weekly_reference(frame, spend, weeks, FEATURES, fitted=planted)
+    assert (shown.ceiling[1:] == 0.123).all() and (shown.reference[1:] == 0.123).all()
+    # ...and one whose inputs differ (a flight changed since) is fitted again,
     changed = frame.copy()
     changed.loc[changed.index[5], "x"] += 1.0
     again = weekly_reference(changed, spend, weeks, FEATURES, fitted=planted)
     assert (again.ceiling[1:] != 0.123).all()
     pd.testing.assert_frame_equal(again, weekly_reference(changed, spend, weeks, FEATURES))
+    # as is a reference whose days got more labels after its week was fitted.
+    more = spend.copy()
+    more.iloc[2] += 10
+    later = weekly_reference(frame, more, weeks, FEATURES, fitted=planted)
+    assert (later.reference[1:] != 0.123).all() and (later.ceiling[1:] == 0.123).all()
+
+
+def test_without_the_labels_spent_only_the_ceiling_is_fitted_in_the_background() -> None:
+    fits = BaselineFits(FEATURES)
+    add_by_week(fits, flights(weeks=3), 3)
+    assert {name for _, name in fits.results()} == {"ceiling"}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -198,7 +214,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def test_the_weeks_are_fitted_as_they_come_and_then_the_process_rests() -> None:
-    fits = CeilingFits(FEATURES)
+    fits = BaselineFits(FEATURES)
     try:
         add_by_week(fits, flights(weeks=4), 4)
         # Fitted without being asked for the results: while the days would play.
@@ -216,14 +232,14 @@ def test_the_weeks_are_fitted_as_they_come_and_then_the_process_rests() -> None:
 
 
 def test_a_failure_in_the_background_is_raised_with_its_traceback() -> None:
-    fits = CeilingFits(FEATURES)
+    fits = BaselineFits(FEATURES)
     add_by_week(fits, flights(weeks=2).drop(columns="is_late"), 2)
     with pytest.raises(RuntimeError, match=r"(?s)background fits failed.*KeyError: 'is_late'"):
         fits.results()
 
 
 def test_a_killed_fitting_process_is_named_not_waited_for() -> None:
-    fits = CeilingFits(FEATURES)
+    fits = BaselineFits(FEATURES)
     add_by_week(fits, flights(weeks=2), 2)
     fits._process.kill()  # as the OOM killer would
     fits._process.join()
@@ -235,9 +251,9 @@ KILLED_PARENT = """
 import sys, time
 from datetime import date
 from ml.config import FeatureConfig
-from sim.reference import CeilingFits
+from sim.reference import BaselineFits
 if __name__ == "__main__":
-    fits = CeilingFits(FeatureConfig(categorical=(), numeric=("x",), label="is_late"))
+    fits = BaselineFits(FeatureConfig(categorical=(), numeric=("x",), label="is_late"))
     print(fits._process.pid, flush=True)
     time.sleep(600)
 """

@@ -1,4 +1,4 @@
-"""The report's production figures when nothing was scored; its ceiling fitted as the days play."""
+"""The report's production figures when nothing was scored; its baselines fitted as days play."""
 
 from __future__ import annotations
 
@@ -13,8 +13,14 @@ from ml.config import FeatureConfig
 from ml.metrics import auroc
 from pipelines.lib.warehouse import DuckDBWarehouse
 from sim import nycflights
-from sim.reference import PlayedFlights, fingerprint, fit_predict
-from sim.report import CeilingInBackground, played_flights, production_flights, weekly_auc
+from sim.reference import PlayedFlights, fingerprint, fit_predict, reference_sample
+from sim.report import (
+    BaselinesInBackground,
+    labels_per_day,
+    played_flights,
+    production_flights,
+    weekly_auc,
+)
 
 
 def test_a_span_without_a_promoted_model_has_no_weekly_figures(tmp_path) -> None:
@@ -29,7 +35,7 @@ def test_a_span_without_a_promoted_model_has_no_weekly_figures(tmp_path) -> None
     assert weekly.empty and "flywheel" in weekly.columns
 
 
-def test_the_ceiling_fitted_while_the_days_play_is_the_one_the_report_would_fit(tmp_path) -> None:
+def test_the_baselines_fitted_while_the_days_play_are_those_the_report_would_fit(tmp_path) -> None:
     # Three weeks of real flights (Monday 2013-01-07 to Sunday 01-27) in a warehouse; production
     # from Wednesday 01-16, so its first week is the Monday 01-14's.
     days = [date(2013, 1, 7) + timedelta(days=d) for d in range(21)]
@@ -45,26 +51,40 @@ def test_the_ceiling_fitted_while_the_days_play_is_the_one_the_report_would_fit(
     path = tmp_path / "warehouse.duckdb"
     with duckdb.connect(str(path)) as con:
         con.execute("create table fct_flight_features as select * from frame")
+        con.execute("create schema raw")
+        con.execute("create table raw.flight_labels (flight_id varchar)")
     warehouse = DuckDBWarehouse(path=str(path))
     features = FeatureConfig(
         categorical=("carrier", "origin"), numeric=("distance", "hour"), label="is_late"
     )
 
-    background = CeilingInBackground(warehouse, features)
+    background = BaselinesInBackground(warehouse, features)
     try:
         for day in days:
+            # The labels of the day before come in: 150 of its flights.
+            labelled = frame[frame.flight_date == day - timedelta(days=1)].flight_id[:150]
+            with duckdb.connect(str(path)) as con:
+                for flight in labelled:
+                    con.execute("insert into raw.flight_labels values (?)", [flight])
             background.played(day, None if day < date(2013, 1, 16) else date(2013, 1, 16))
         fitted = background.fits.results()
     finally:
         background.fits.close()
     weeks = [date(2013, 1, 14), date(2013, 1, 21)]
-    assert sorted(fitted) == [(week, "ceiling") for week in weeks]
+    assert sorted(fitted) == sorted(
+        (week, name) for week in weeks for name in ("ceiling", "reference")
+    )
 
-    # Each is the fit the report would make on the flights it reads, to the last digit.
+    # Each is the fit the report would make on the flights and labels it reads, to the last
+    # digit.
     flights = played_flights(warehouse, features, days[-1])
     assert len(flights) == len(frame) and flights.is_late.any() and not flights.is_late.all()
     played = PlayedFlights(flights, features, "flight_date")
+    spend = labels_per_day(warehouse)
+    assert (spend == 150).all() and len(spend) == len(days) - 1
+    sample = reference_sample(played.flights, spend, "flight_date").index.to_numpy()
     for week in weeks:
-        _, y, fit = played.fit(np.arange(len(flights)), week)
-        assert fit is not None and fitted[(week, "ceiling")][0] == fingerprint(fit)
-        assert fitted[(week, "ceiling")][1] == auroc(y, fit_predict(*fit, seed=0))
+        for name, pool in (("ceiling", np.arange(len(flights))), ("reference", sample)):
+            _, y, fit = played.fit(pool, week)
+            assert fit is not None and fitted[(week, name)][0] == fingerprint(fit)
+            assert fitted[(week, name)][1] == auroc(y, fit_predict(*fit, seed=0))
