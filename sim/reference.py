@@ -184,8 +184,7 @@ def weekly_reference(
     from joblib import Parallel, delayed
 
     played = PlayedFlights(flights, features, time_column)
-    sample = reference_sample(played.flights, spend, time_column, seed)
-    pools = {"reference": sample.index.to_numpy(), "ceiling": np.arange(len(played.flights))}
+    pools = baseline_pools(played, spend, time_column, seed)
     rows, fits = [], []
     for week in weeks:
         start = pd.Timestamp(week).date()
@@ -208,6 +207,19 @@ def weekly_reference(
         for (i, name, y, _), predicted in zip(fits, scores, strict=True):
             rows[i][name] = auroc(y, predicted)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def baseline_pools(
+    played: PlayedFlights, spend: pd.Series | None, time_column: str, seed: int
+) -> dict[str, np.ndarray]:
+    """The rows each baseline learns from, by name: the reference's (only when `spend` is
+    given) and the ceiling's, in the order the report fits them."""
+    pools = {}
+    if spend is not None:
+        sample = reference_sample(played.flights, spend, time_column, seed)
+        pools["reference"] = sample.index.to_numpy()
+    pools["ceiling"] = np.arange(len(played.flights))
+    return pools
 
 
 class BaselineFits:
@@ -326,7 +338,7 @@ def _fit_in_background(
     pending: list[date] = []
     played: PlayedFlights | None = None
     spend: pd.Series | None = None
-    sampled: np.ndarray | None = None  # the reference's rows for `played` and `spend`
+    pools: dict[str, np.ndarray] = {}  # each baseline's rows of `played`
     done = False
     try:
         with threadpool_limits(1):
@@ -352,15 +364,9 @@ def _fit_in_background(
                 if played is None:
                     flights = pd.concat(frames, ignore_index=True)
                     played = PlayedFlights(flights, features, time_column)
-                    sampled = None
-                    if spend is not None:
-                        sample = reference_sample(played.flights, spend, time_column, seed)
-                        sampled = sample.index.to_numpy()
+                    pools = baseline_pools(played, spend, time_column, seed)
                 week = pending.pop(0)
-                pools = {"ceiling": np.arange(len(played.flights)), "reference": sampled}
                 for name, pool in pools.items():
-                    if pool is None:
-                        continue
                     _, y, fit = played.fit(pool, week)
                     if fit is not None:
                         auc = auroc(y, fit_predict(*fit, seed))
