@@ -219,6 +219,7 @@ class Stack:
             postgres.start(self.pg_data, ports["postgres"], self.processes.log("postgres"))
             say(f"postgres      127.0.0.1:{ports['postgres']}")
         postgres.create_databases(self.postgres_url())
+        self.create_dagster_tables()
         services = self.services()
         for name in SERVICES:
             if name == "code_server":
@@ -234,6 +235,14 @@ class Stack:
         ui = describe(self, "webserver")
         say(f"stack up in {time.monotonic() - began:.0f} s; the Dagster UI: {ui}")
         say(f"its settings (FLYWHEEL_ENV=prod; secrets, readable by you only): {self.env_file}")
+
+    def create_dagster_tables(self) -> None:
+        """Dagster's tables in its database, where they are missing (the stack's instance does not
+        look for them: deploy/dagster.stack.yaml); `dagster instance migrate` upgrades them."""
+        from dagster_postgres import DagsterPostgresStorage
+
+        url = f"{self.postgres_url()}/{self.environment()['DAGSTER_PG_DB']}"
+        DagsterPostgresStorage(url, should_autocreate_tables=True)  # NullPool: nothing to close
 
     def open_warehouse_pool(self) -> None:
         """Let WAREHOUSE_WRITERS steps write the PostgreSQL warehouse at once (the instance's

@@ -7,6 +7,7 @@ from datetime import date
 import pytest
 from dagster_aws.s3 import S3Resource
 
+from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.landing_zone import LandingZone, LocalLandingZone, S3LandingZone
 from sim.replay import land_days
 
@@ -118,3 +119,35 @@ def test_sim_cli_lands_into_the_prod_landing_zone(s3_env, tmp_path, monkeypatch,
     s3 = S3Resource(endpoint_url=s3_env.endpoint_url, region_name=s3_env.region)
     objects = s3.get_client().list_objects_v2(Bucket=s3_env.bucket)["Contents"]
     assert "landing/flights/2013-01-01.csv" in {o["Key"] for o in objects}
+
+
+def test_zones_of_one_bucket_share_a_client_probed_once_and_a_failed_probe_is_not_kept(
+    s3_env, monkeypatch
+):
+    # A sensor's resources are built anew at every tick: each new zone must not build a client
+    # and probe the bucket again.
+    import boto3
+
+    from pipelines.lib import landing_zone
+
+    probed = []
+    probe = landing_zone.probe_bucket
+    monkeypatch.setattr(
+        landing_zone, "probe_bucket", lambda bucket, *a: probed.append(bucket) or probe(bucket, *a)
+    )
+    s3 = S3Resource(endpoint_url=s3_env.endpoint_url, region_name=s3_env.region)
+    first, second = (S3LandingZone(s3=s3, bucket=s3_env.bucket, prefix=p) for p in ("a", "b"))
+    first.write_bytes("x.csv", b"1\n")
+    assert second.list_files() == []
+    assert first._client() is second._client()
+    assert probed == [s3_env.bucket]
+
+    later = f"{s3_env.bucket}-later"
+    with pytest.raises(ConfigurationError, match=later):
+        S3LandingZone(s3=s3, bucket=later).list_files()
+    boto3.client("s3", endpoint_url=s3_env.endpoint_url).create_bucket(Bucket=later)
+    assert S3LandingZone(s3=s3, bucket=later).list_files() == []
+    assert probed == [s3_env.bucket, later, later]
+    # Other settings, another client.
+    other = S3Resource(endpoint_url=s3_env.endpoint_url, region_name=s3_env.region, max_attempts=2)
+    assert S3LandingZone(s3=other, bucket=s3_env.bucket)._client() is not first._client()
