@@ -23,6 +23,7 @@ import argparse
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,9 +43,9 @@ SUMMARIES = [
 MIN_SCORED = 1000  # fewer of the champion's scores in a window: no estimate
 
 
-def judged_retrainings(home: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The run's retrainings judged by the report's rules, its daily drift table and its
-    production scores (flight date, probability, model version)."""
+def played_report(home: Path) -> tuple[Any, Any, tuple[Any, Any]]:
+    """The code location, the report of a finished main job's state (its retrainings judged by
+    the report's rules, no baselines fitted) and its production period."""
     os.environ.update(FLYWHEEL_HOME=str(home), DAGSTER_HOME=str(home / "dagster"))
     os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
     import dagster as dg
@@ -64,7 +65,16 @@ def judged_retrainings(home: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
         report = write_report(
             defs, instance, task, (production_start, played), static, Path(out), [], baselines=False
         )
+    return defs, report, (production_start, played)
+
+
+def judged_retrainings(home: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The run's retrainings judged by the report's rules, its daily drift table and its
+    production scores (flight date, probability, model version)."""
+    defs, report, _ = played_report(home)
+    from pipelines.contracts import load_task
     from pipelines.model_spec import load_model_spec
+    from sim.report import resource
 
     spec = load_model_spec(load_task())
     warehouse = resource(defs, "warehouse")

@@ -88,3 +88,46 @@ def test_no_alarm_judged_has_no_precision() -> None:
     summary = alarms.AlarmSummary.none()
     assert np.isnan(summary.precision) and np.isnan(summary.recall)
     assert "precision n/a" in summary.describe()
+
+
+def test_the_label_ceiling_judges_each_run_again_on_the_labelled_flights(flights) -> None:
+    from bench.alarm_ceiling import judged_on
+    from ml.metrics import auroc
+
+    plan = runs(("2013-03-05", "drift", 2), ("2013-03-12", "performance", 3))
+    plan["champion"] = [1, 1]
+    labelled = flights.flight_id % 10 == 0  # a tenth of each day's flights
+    scorer = Scorer()
+    table = judged_on(plan, flights, {"labelled": labelled}, scorer, date(2013, 4, 9), boot=50)
+
+    days = flights.flight_date.dt.date
+    for row, (start, challenger) in enumerate(
+        [(date(2013, 3, 5), "signal"), (date(2013, 3, 12), "noise")]
+    ):
+        window = flights[(days > start) & (days <= start + timedelta(days=14)) & labelled]
+        y = window.is_late.to_numpy()
+        expected = auroc(y, window[challenger]) - auroc(y, window.noise)
+        assert table.flights_labelled.iloc[row] == 14 * 20
+        assert table.gain_labelled.iloc[row] == pytest.approx(expected)
+    # Every flight scored once per version: the subsets reuse the scores.
+    for version, ids in scorer.scored.items():
+        assert len(ids) == len(set(ids)), version
+    # A tenth of the flights measures the same gain with a larger error.
+    assert 0 < table.error.iloc[0] < table.error_labelled.iloc[0]
+
+
+def test_the_label_ceiling_is_the_precision_of_firing_on_the_labelled_gain() -> None:
+    from bench.alarm_ceiling import ceiling
+
+    table = pd.DataFrame(
+        {
+            "gain": [0.05, 0.0, 0.02, np.nan],
+            "gain_x": [0.02, 0.03, 0.0, 0.05],
+            "flights_x": [10, 20, 30, 40],
+            "error_x": [0.1, 0.2, 0.3, 0.4],
+        }
+    )
+    found = ceiling(table, "x", 0.01)
+    assert (found["judged"], found["fires"]) == (3, 2)  # the run judged on no flight is left out
+    assert found["precision"] == 0.5 and found["recall"] == 0.5
+    assert found["flights a window (median)"] == 20 and found["gain's error (median)"] == 0.2

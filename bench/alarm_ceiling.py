@@ -1,0 +1,160 @@
+"""Benchmark: how precise could an alarm built on the loop's own labels be at best?
+
+    python -m bench.alarm_ceiling --home DIR [--boot 100]
+
+Reads a finished main job's state (its FLYWHEEL_HOME). The report judges each retraining on every
+flight of the 14 days after its event day (sim.alarms: its challenger's AUC minus the
+champion's). The loop itself only ever learns the outcomes of the flights it labels. Here each
+retraining is judged again the same way on those flights alone: all the labelled flights of the
+same days, and only the uniformly drawn ones (audit and random picks, whose AUC is unbiased).
+An alarm that fired whenever that gain reached `sim.alarms.WORTH` would see the very outcomes it
+is judged on, which no alarm can before the fact: its precision is a ceiling for any alarm made
+from the loop's label budget. Beside it, the judgement's own noise: the bootstrap standard error
+of each gain over the flights it is measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ml.metrics import auroc
+
+Predict = Callable[[int, pd.DataFrame], np.ndarray]
+
+
+class ScoresOnce:
+    """`predict` that scores each version once: the windows it is asked for later are taken from
+    the scores it already gave (a subset of flights already scored)."""
+
+    def __init__(self, predict: Predict) -> None:
+        self.predict, self.scores = predict, {}
+
+    def __call__(self, version: int, frame: pd.DataFrame) -> np.ndarray:
+        known = self.scores.get(version)
+        if known is None or not frame.index.isin(known.index).all():
+            fresh = pd.Series(self.predict(version, frame), index=frame.index)
+            known = fresh if known is None else pd.concat([known, fresh]).groupby(level=0).last()
+            self.scores[version] = known
+        return known.loc[frame.index].to_numpy()
+
+
+def gain_error(
+    y: np.ndarray, champion: np.ndarray, challenger: np.ndarray, boot: int, seed: int = 0
+) -> float:
+    """The bootstrap standard error of `auroc(challenger) - auroc(champion)` over the rows."""
+    rng, gains = np.random.default_rng(seed), []
+    for _ in range(boot):
+        rows = rng.integers(0, len(y), len(y))
+        if 0 < y[rows].sum() < len(rows):
+            gains.append(auroc(y[rows], challenger[rows]) - auroc(y[rows], champion[rows]))
+    return float(np.std(gains, ddof=1)) if len(gains) > 1 else float("nan")
+
+
+def judged_on(
+    runs: pd.DataFrame,
+    flights: pd.DataFrame,
+    subsets: dict[str, pd.Series],
+    predict: Predict,
+    last_day: date,
+    boot: int,
+) -> pd.DataFrame:
+    """`runs` judged by `sim.alarms.judge` on all `flights` (`gain`) and on each subset of them
+    (`gain_<name>`, `flights_<name>`; a subset is a boolean mask over `flights`), each gain with
+    its bootstrap standard error (`error`, `error_<name>`)."""
+    from sim.alarms import judge
+
+    scored = ScoresOnce(predict)
+    table = judge(runs, flights, scored, last_day)
+    table["error"] = errors(table, flights, scored, boot)
+    for name, mask in subsets.items():
+        part = judge(runs, flights[mask.to_numpy()], scored, last_day)
+        table[f"flights_{name}"] = part.judged_flights
+        table[f"gain_{name}"] = part.gain
+        table[f"error_{name}"] = errors(part, flights[mask.to_numpy()], scored, boot)
+    return table
+
+
+def errors(table: pd.DataFrame, flights: pd.DataFrame, scored: ScoresOnce, boot: int) -> list:
+    """Each judged row's bootstrap standard error over the flights of its window."""
+    days = pd.to_datetime(flights.flight_date)
+    out = []
+    for row in table.itertuples():
+        if pd.isna(row.gain):
+            out.append(np.nan)
+            continue
+        start = pd.Timestamp(row.event_day)
+        window = flights[(days > start) & (days <= start + pd.Timedelta(days=14))]
+        y = window.is_late.to_numpy(bool)
+        champion = scored(int(row.champion), window)
+        out.append(gain_error(y, champion, scored(int(row.version), window), boot))
+    return out
+
+
+def ceiling(
+    table: pd.DataFrame, name: str, worth: float, fire_at: float | None = None
+) -> dict[str, object]:
+    """The precision of an alarm that fires when the gain on subset `name` reaches `fire_at`
+    (default `worth`), right when the gain on every flight reaches `worth`."""
+    known = table[table.gain.notna() & table[f"gain_{name}"].notna()]
+    fires = known[f"gain_{name}"] >= (worth if fire_at is None else fire_at)
+    right = known.gain >= worth
+    return {
+        "measured on": name,
+        "fires at": worth if fire_at is None else fire_at,
+        "judged": len(known),
+        "flights a window (median)": float(known[f"flights_{name}"].median()),
+        "gain's error (median)": float(known[f"error_{name}"].median()),
+        "correlation with the gain": float(known[f"gain_{name}"].corr(known.gain)),
+        "fires": int(fires.sum()),
+        "precision": float(right[fires].mean()) if fires.any() else float("nan"),
+        "recall": float(fires[right].mean()) if right.any() else float("nan"),
+    }
+
+
+def main() -> None:
+    from bench.alarm_signals import played_report
+    from pipelines.contracts import load_task
+    from pipelines.labeling.selection import UNIFORM_REASONS
+    from sim.alarms import WORTH
+    from sim.report import production_flights, resource, version_scores
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--home", type=Path, required=True, help="a finished main job's state")
+    parser.add_argument("--boot", type=int, default=100, help="bootstrap resamples a gain")
+    args = parser.parse_args()
+    defs, report, (first, last) = played_report(args.home.resolve())
+    flights = production_flights(defs, first, last)
+    labels = resource(defs, "warehouse").query(
+        "select l.flight_id, t.reason from raw.flight_labels l join raw.label_tasks t "
+        "using (task_id)"
+    )
+    reasons = flights.flight_id.map(
+        labels.drop_duplicates("flight_id").set_index("flight_id").reason
+    )
+    subsets = {"labelled": reasons.notna(), "uniform": reasons.isin(UNIFORM_REASONS)}
+    runs = report.retrainings.drop(columns=["judged_flights", "champion_auc", "challenger_auc"])
+    predict = version_scores(defs, load_task().name)
+    table = judged_on(runs.drop(columns="gain"), flights, subsets, predict, last, args.boot)
+    table = table[table.gain.notna() & (table.trigger != "bootstrap")]
+    worth = table.gain >= WORTH
+    print(
+        f"{len(table)} judged retrainings after the first model "
+        f"({table.trigger.value_counts().to_dict()}), judged on a median of "
+        f"{table.judged_flights.median():.0f} flights each; {int(worth.sum())} gained {WORTH} AUC "
+        f"or more ({worth.mean():.0%}). The gain's own bootstrap error on every flight: median "
+        f"{table.error.median():.4f}; {((table.gain - WORTH).abs() < 2 * table.error).mean():.0%} "
+        f"of the judgements lie within two errors of {WORTH}."
+    )
+    # A higher bar on the labelled gain trades alarms for precision.
+    rows = [ceiling(table, name, WORTH, k * WORTH) for name in subsets for k in (1, 2, 3, 4)]
+    print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f"))
+
+
+if __name__ == "__main__":
+    main()
