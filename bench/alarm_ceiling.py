@@ -71,25 +71,29 @@ def judged_on(
 
     scored = ScoresOnce(predict)
     table = judge(runs, flights, scored, last_day)
-    table["error"] = errors(table, flights, scored, boot)
+    table["error"] = errors(table, flights, scored, last_day, boot)
     for name, mask in subsets.items():
         part = judge(runs, flights[mask.to_numpy()], scored, last_day)
         table[f"flights_{name}"] = part.judged_flights
         table[f"gain_{name}"] = part.gain
-        table[f"error_{name}"] = errors(part, flights[mask.to_numpy()], scored, boot)
+        table[f"error_{name}"] = errors(part, flights[mask.to_numpy()], scored, last_day, boot)
     return table
 
 
-def errors(table: pd.DataFrame, flights: pd.DataFrame, scored: ScoresOnce, boot: int) -> list:
-    """Each judged row's bootstrap standard error over the flights of its window."""
-    days = pd.to_datetime(flights.flight_date)
+def errors(
+    table: pd.DataFrame, flights: pd.DataFrame, scored: ScoresOnce, last_day: date, boot: int
+) -> list[float]:
+    """Each judged row's bootstrap standard error over the flights it was judged on."""
+    from sim.alarms import judged_window
+
+    days = pd.to_datetime(flights.flight_date).dt.date
     out = []
     for row in table.itertuples():
-        if pd.isna(row.gain):
+        index = judged_window(days, row.event_day, last_day)
+        if pd.isna(row.gain) or index is None:
             out.append(np.nan)
             continue
-        start = pd.Timestamp(row.event_day)
-        window = flights[(days > start) & (days <= start + pd.Timedelta(days=14))]
+        window = flights.loc[index]
         y = window.is_late.to_numpy(bool)
         champion = scored(int(row.champion), window)
         out.append(gain_error(y, champion, scored(int(row.version), window), boot))
@@ -118,18 +122,23 @@ def ceiling(
 
 
 def main() -> None:
-    from bench.alarm_signals import played_report
+    import dagster as dg
+
+    from bench.alarm_signals import played_state
     from pipelines.contracts import load_task
     from pipelines.labeling.selection import UNIFORM_REASONS
-    from sim.alarms import WORTH
-    from sim.report import production_flights, resource, version_scores
+    from sim.alarms import WORTH, champions
+    from sim.report import production_flights, resource, retrainings, version_scores
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, required=True, help="a finished main job's state")
     parser.add_argument("--boot", type=int, default=100, help="bootstrap resamples a gain")
     args = parser.parse_args()
-    defs, report, (first, last) = played_report(args.home.resolve())
+    defs, (first, last) = played_state(args.home.resolve())
     flights = production_flights(defs, first, last)
+    with dg.DagsterInstance.get() as instance:
+        runs = retrainings(instance)
+    runs["champion"] = champions(runs, flights)
     labels = resource(defs, "warehouse").query(
         "select l.flight_id, t.reason from raw.flight_labels l join raw.label_tasks t "
         "using (task_id)"
@@ -138,9 +147,8 @@ def main() -> None:
         labels.drop_duplicates("flight_id").set_index("flight_id").reason
     )
     subsets = {"labelled": reasons.notna(), "uniform": reasons.isin(UNIFORM_REASONS)}
-    runs = report.retrainings.drop(columns=["judged_flights", "champion_auc", "challenger_auc"])
     predict = version_scores(defs, load_task().name)
-    table = judged_on(runs.drop(columns="gain"), flights, subsets, predict, last, args.boot)
+    table = judged_on(runs, flights, subsets, predict, last, args.boot)
     table = table[table.gain.notna() & (table.trigger != "bootstrap")]
     worth = table.gain >= WORTH
     print(

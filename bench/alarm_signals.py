@@ -43,35 +43,43 @@ SUMMARIES = [
 MIN_SCORED = 1000  # fewer of the champion's scores in a window: no estimate
 
 
-def played_report(home: Path) -> tuple[Any, Any, tuple[Any, Any]]:
-    """The code location, the report of a finished main job's state (its retrainings judged by
-    the report's rules, no baselines fitted) and its production period."""
+def played_state(home: Path) -> tuple[Any, tuple[Any, Any]]:
+    """The code location on a finished main job's state (its FLYWHEEL_HOME) and its production
+    period."""
     os.environ.update(FLYWHEEL_HOME=str(home), DAGSTER_HOME=str(home / "dagster"))
     os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
-    import dagster as dg
-
-    from pipelines.contracts import load_task
     from pipelines.definitions import defs
-    from pipelines.lib.registry import registered_name, versions
     from sim.clock import read_progress
-    from sim.report import resource, write_report
 
     played, production_start = read_progress(home)
     if played is None or production_start is None:
         raise SystemExit(f"{home} holds no played production period")
+    return defs, (production_start, played)
+
+
+def played_report(home: Path) -> tuple[Any, Any]:
+    """The code location and the report of a finished main job's state: its retrainings judged
+    by the report's rules, no baselines fitted."""
+    defs, production = played_state(home)
+    import dagster as dg
+
+    from pipelines.contracts import load_task
+    from pipelines.lib.registry import registered_name, versions
+    from sim.report import resource, write_report
+
     task = load_task().name
     with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as out:
         static = versions(resource(defs, "tracker"), registered_name(task))[0].version
         report = write_report(
-            defs, instance, task, (production_start, played), static, Path(out), [], baselines=False
+            defs, instance, task, production, static, Path(out), [], baselines=False
         )
-    return defs, report, (production_start, played)
+    return defs, report
 
 
 def judged_retrainings(home: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The run's retrainings judged by the report's rules, its daily drift table and its
     production scores (flight date, probability, model version)."""
-    defs, report, _ = played_report(home)
+    defs, report = played_report(home)
     from pipelines.contracts import load_task
     from pipelines.model_spec import load_model_spec
     from sim.report import resource

@@ -79,6 +79,25 @@ def champions(runs: pd.DataFrame, flights: pd.DataFrame) -> pd.Series:
     return days.map(scored).astype("Int64")
 
 
+def judged_window(
+    days: pd.Series,
+    event_day: object,
+    last_day: date,
+    horizon_days: int = HORIZON_DAYS,
+    min_days: int = MIN_DAYS,
+) -> pd.Index | None:
+    """The index of the flights (`days`: each one's date) a retraining of `event_day` is judged
+    on: those of the `horizon_days` days after it; None for no event day, or fewer than
+    `min_days` of those days played by `last_day`."""
+    start = pd.to_datetime(event_day, errors="coerce")
+    if pd.isna(start):
+        return None
+    first, end = start.date() + timedelta(days=1), start.date() + timedelta(days=horizon_days)
+    if (min(end, last_day) - first).days + 1 < min_days:
+        return None
+    return days.index[(days >= first) & (days <= end)]
+
+
 def judge(
     runs: pd.DataFrame,
     flights: pd.DataFrame,
@@ -97,16 +116,11 @@ def judge(
     windows: list[pd.Index | None] = []
     wanted: dict[int, set[int]] = {}
     for row in runs.itertuples():
-        start = pd.to_datetime(row.event_day, errors="coerce")
         versions = pd.to_numeric(pd.Series([row.version, row.champion]), errors="coerce")
-        if pd.isna(start) or versions.isna().any():
-            windows.append(None)  # failed, or nothing to replace (the first model)
+        index = judged_window(days, row.event_day, last_day, horizon_days, min_days)
+        if index is None or versions.isna().any():
+            windows.append(None)  # failed, nothing to replace (the first model), or too late
             continue
-        first, end = start.date() + timedelta(days=1), start.date() + timedelta(days=horizon_days)
-        if (min(end, last_day) - first).days + 1 < min_days:
-            windows.append(None)
-            continue
-        index = flights.index[(days >= first) & (days <= end)]
         windows.append(index)
         for version in versions.astype(int):
             wanted.setdefault(int(version), set()).update(index)
