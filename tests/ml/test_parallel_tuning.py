@@ -90,9 +90,11 @@ def kill_worker_mid_trial(
 def test_a_worker_killed_mid_trial_loses_nothing(
     datamodule: TabularDataModule, study_config: TuneConfig
 ) -> None:
-    config = replace(study_config, n_trials=6)
-    # Long enough trials that the kill lands inside one.
-    slow = replace(ONE_EPOCH, max_epochs=4)
+    config = replace(study_config, n_trials=4)
+    # Trials long enough that the killer's poll always finds one training: an epoch of these
+    # splits takes about 25 ms, so 4 epochs (0.1 s a trial) let a loaded machine's poll miss
+    # every trial of the study; 80 take about 2 s.
+    slow = replace(ONE_EPOCH, max_epochs=80)
     # The study (and its tables) exists before the killer thread reads it.
     create_study(config, max_epochs=1)
     killed: list[tuple[int, int]] = []
@@ -112,7 +114,7 @@ def test_a_worker_killed_mid_trial_loses_nothing(
     failed = [t for t in trials.values() if t.state == TrialState.FAIL]
     finished = [t for t in trials.values() if t.state == TrialState.COMPLETE]
     assert [t.number for t in failed] == [number]
-    assert len(finished) == 6 and result.n_complete == 6 and result.n_failed == 1
+    assert len(finished) == 4 and result.n_complete == 4 and result.n_failed == 1
     assert result.workers_lost == [victim]
     # The killed trial was retried with its parameters, by the worker that was left.
     (retry,) = [t for t in finished if t.system_attrs.get("failed_trial") == number]
