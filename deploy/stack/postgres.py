@@ -11,7 +11,7 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,16 +27,7 @@ DATABASES = ("dagster", "mlflow", "optuna", "warehouse")
 def binaries() -> Path:
     """The folder of `initdb` and `pg_ctl`: the newest /usr/lib/postgresql/<version>/bin, or PATH's;
     installed from the distribution's packages when missing and running as root."""
-    found = _find()
-    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        # Two stacks starting at once (two homes, or parallel tests) install once: apt-get
-        # would refuse the second while the first holds dpkg's lock.
-        with open(INSTALL_LOCK, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            found = _find()
-            if found is None:
-                _install()
-                found = _find()
+    found = installed(PACKAGE, _find)
     if found is None:
         raise StackError(
             "PostgreSQL's server is not installed (no initdb under /usr/lib/postgresql/*/bin or on "
@@ -45,9 +36,25 @@ def binaries() -> Path:
     return found
 
 
-def _install() -> None:
-    print(f"installing {PACKAGE} from the distribution's packages (apt-get)", flush=True)
-    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", PACKAGE]):
+def installed(package: str, find: Callable[[], Path | None]) -> Path | None:
+    """What `find` finds, after installing `package` from the distribution's packages when it
+    finds nothing and this process runs as root with apt-get; None if still nothing."""
+    found = find()
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        # Two stacks starting at once (two homes, or parallel tests) install once: apt-get
+        # would refuse the second while the first holds dpkg's lock.
+        with open(INSTALL_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            found = find()
+            if found is None:
+                _install(package)
+                found = find()
+    return found
+
+
+def _install(package: str) -> None:
+    print(f"installing {package} from the distribution's packages (apt-get)", flush=True)
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise StackError(f"`{' '.join(command)}` failed:\n{done.stderr[-2000:]}")
@@ -66,19 +73,19 @@ def _version(initdb: Path) -> int:
     return int(name) if name.isdigit() else 0
 
 
-def _as_server_user(command: list[str]) -> list[str]:
+def as_server_user(command: list[str]) -> list[str]:
     if os.geteuid() != 0:
         return command
     return ["runuser", "-u", SERVER_USER, "--", *command]
 
 
 def _run(command: list[str], what: str) -> None:
-    done = subprocess.run(_as_server_user(command), capture_output=True, text=True, check=False)
+    done = subprocess.run(as_server_user(command), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise StackError(f"{what} failed (`{' '.join(command)}`):\n{done.stdout}{done.stderr}")
 
 
-def _give_to_server_user(folder: Path) -> None:
+def give_to_server_user(folder: Path) -> None:
     """Make `folder` the server user's; StackError naming a folder above it that user cannot
     enter."""
     if os.geteuid() != 0:
@@ -106,7 +113,7 @@ def init_cluster(data: Path, password: str) -> bool:
     partial = data.with_name(f".{data.name}.initdb")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    _give_to_server_user(partial)
+    give_to_server_user(partial)
     secret = partial.with_name(f".{data.name}.password")
     secret.touch(mode=0o600)
     secret.write_text(password)
@@ -145,7 +152,7 @@ def running(data: Path) -> bool:
     """Whether the cluster in `data` has a live server."""
     bin_dir = binaries()
     done = subprocess.run(
-        _as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data), "status"]),
+        as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data), "status"]),
         capture_output=True,
         check=False,
     )
@@ -158,6 +165,23 @@ def stop(data: Path) -> bool:
         return False
     _run([str(binaries() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], "pg_ctl stop")
     return True
+
+
+def scram_secret(url: str) -> str:
+    """The stack role's SCRAM verifier as the server stores it (no password: what a pooler
+    checks clients against, and logs in with on their behalf)."""
+    import psycopg2
+
+    connection = psycopg2.connect(_libpq(url))
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("select rolpassword from pg_authid where rolname = %s", (ROLE,))
+            (secret,) = cursor.fetchone()
+    finally:
+        connection.close()
+    if not secret or not secret.startswith("SCRAM-SHA-256$"):
+        raise StackError(f"role {ROLE!r} has no SCRAM-SHA-256 password on the stack's server")
+    return secret
 
 
 def create_databases(url: str) -> None:

@@ -1,8 +1,9 @@
 """The production-shaped stack on one machine: every service a separate process on 127.0.0.1.
 
-PostgreSQL (Dagster's storage, MLflow's backend store, Optuna's studies), an S3-compatible
-endpoint (moto's server: landing zone, labeling, DVC remote, MLflow's artifacts), an MLflow
-tracking server, the code location as a gRPC server, the Dagster daemon and the webserver.
+PostgreSQL (Dagster's storage, reached through PgBouncer; MLflow's backend store, Optuna's
+studies), an S3-compatible endpoint (moto's server: landing zone, labeling, DVC remote, MLflow's
+artifacts), an MLflow tracking server, the code location as a gRPC server, the Dagster daemon and
+the webserver.
 Everything lives under `$FLYWHEEL_HOME/stack`: `up` starts what is not running and is
 idempotent; `down` stops the processes and keeps the state, so `up` again resumes.
 """
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from deploy.stack import postgres, s3
+from deploy.stack import pgbouncer, postgres, s3
 from deploy.stack.processes import (
     ProcessTable,
     Service,
@@ -36,9 +37,12 @@ BUCKET = "flywheel"
 # Steps writing the PostgreSQL warehouse at once (runs of different days); the other pools
 # (the training step's) keep the instance's default of one.
 WAREHOUSE_WRITERS = 4
-PORTS = ("postgres", "s3", "mlflow", "code_server", "webserver")
+PORTS = ("postgres", "s3", "mlflow", "code_server", "webserver", "pgbouncer")
 # Started in this order, stopped in the reverse one.
-SERVICES = ("s3", "mlflow", "code_server", "daemon", "webserver")
+SERVICES = ("pgbouncer", "s3", "mlflow", "code_server", "daemon", "webserver")
+# The databases whose clients reach PostgreSQL through the pooler: Dagster's, whose storage opens
+# a connection for each call. MLflow's server and SQLAlchemy's engines of the others keep theirs.
+POOLED = ["dagster"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,15 @@ class Stack:
         """Ports and secrets, chosen once and kept (`stack.json`, readable by its owner only)."""
         path = self.root / "stack.json"
         if path.exists():
-            return json.loads(path.read_text())
+            kept = json.loads(path.read_text())
+            # A stack made before a part was added (the pooler) gets a port for it, kept too.
+            missing = [name for name in PORTS if name not in kept["ports"]]
+            if missing:
+                taken = set(kept["ports"].values())
+                fresh = [p for p in free_ports(len(missing) + len(taken)) if p not in taken]
+                kept["ports"].update(zip(missing, fresh, strict=False))
+                write_atomically(path, json.dumps(kept, indent=2), mode=0o600)
+            return kept
         self.root.mkdir(parents=True, exist_ok=True)
         chosen = {
             "ports": dict(zip(PORTS, free_ports(len(PORTS)), strict=True)),
@@ -95,8 +107,9 @@ class Stack:
             "FLYWHEEL_ENV": "prod",
             "FLYWHEEL_HOME": str(self.root.parent),
             "DAGSTER_HOME": str(self.dagster_home),
+            # Dagster reaches its database through the pooler.
             "DAGSTER_PG_HOST": "127.0.0.1",
-            "DAGSTER_PG_PORT": str(ports["postgres"]),
+            "DAGSTER_PG_PORT": str(ports["pgbouncer"]),
             "DAGSTER_PG_USER": postgres.ROLE,
             "DAGSTER_PG_PASSWORD": chosen["postgres_password"],
             "DAGSTER_PG_DB": "dagster",
@@ -158,7 +171,15 @@ class Stack:
         env, bin_dir = self.environment(), Path(sys.executable).parent
         ports = self.settings["ports"]
         dagster = [str(bin_dir / "dagster")]
+        pooler = self.root / "pgbouncer" / "pgbouncer.ini"
         return {
+            "pgbouncer": Service(
+                "pgbouncer",
+                pgbouncer.command(pooler),
+                lambda: pgbouncer.ready(
+                    ports["pgbouncer"], self.settings["postgres_password"], POOLED[0]
+                ),
+            ),
             "s3": Service(
                 "s3",
                 [str(bin_dir / "moto_server"), "-H", "127.0.0.1", "-p", str(ports["s3"])],
@@ -220,6 +241,13 @@ class Stack:
             say(f"postgres      127.0.0.1:{ports['postgres']}")
         postgres.create_databases(self.postgres_url())
         self.create_dagster_tables()
+        pgbouncer.configure(
+            self.root / "pgbouncer",
+            ports["pgbouncer"],
+            ports["postgres"],
+            POOLED,
+            postgres.scram_secret(self.postgres_url()),
+        )
         services = self.services()
         for name in SERVICES:
             if name == "code_server":
@@ -291,6 +319,8 @@ def describe(stack: Stack, name: str) -> str:
     ports = stack.settings["ports"]
     if name == "daemon":
         return "sensors, schedules, run queue, run monitoring"
+    if name == "pgbouncer":
+        return f"127.0.0.1:{ports[name]} (Dagster's database, pooled)"
     scheme = "grpc" if name == "code_server" else "http"
     return f"{scheme}://127.0.0.1:{ports[name]}"
 

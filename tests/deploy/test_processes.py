@@ -14,7 +14,7 @@ import pytest
 
 from deploy.stack import postgres
 from deploy.stack.processes import ProcessTable, Service, StackError, free_port, free_ports
-from deploy.stack.stack import code_server_ready
+from deploy.stack.stack import Stack, code_server_ready
 
 
 def port_open(port: int) -> bool:
@@ -80,11 +80,28 @@ def test_start_is_idempotent_and_a_recycled_pid_is_not_the_service(tmp_path: Pat
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the cluster to another user")
+def test_a_stack_made_before_the_pooler_gets_a_port_for_it_and_keeps_the_others(tmp_path: Path):
+    root = tmp_path / "stack"
+    root.mkdir()
+    ports = {"postgres": 1, "s3": 2, "mlflow": 3, "code_server": 4, "webserver": 5}
+    (root / "stack.json").write_text(
+        json.dumps({"ports": ports, "postgres_password": "p", "s3_secret": "s"})
+    )
+    chosen = Stack(root).settings
+    assert {name: chosen["ports"][name] for name in ports} == ports
+    assert chosen["ports"]["pgbouncer"] not in ports.values()
+    assert json.loads((root / "stack.json").read_text()) == chosen  # kept for the next `up`
+    # Dagster reaches its database through the pooler, the warehouse the server itself.
+    environment = Stack(root).environment()
+    assert environment["DAGSTER_PG_PORT"] == str(chosen["ports"]["pgbouncer"])
+    assert environment["FLYWHEEL_WAREHOUSE_PORT"] == "1"
+
+
 def test_a_home_the_server_user_cannot_enter_is_named(tmp_path: Path):
     closed = tmp_path / "closed"
     closed.mkdir(mode=0o700)
     with pytest.raises(StackError, match=f"cannot enter {closed}"):
-        postgres._give_to_server_user(closed / "postgres")
+        postgres.give_to_server_user(closed / "postgres")
 
 
 def test_a_code_location_that_cannot_load_is_an_error_not_a_ready_code_server():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.stack.pgbouncer import POOL_SIZE
 from pipelines.resources import warehouse
 from sim.nycflights import load
 from tests.deploy.stackctl import passable, stack, stack_env
@@ -149,6 +150,45 @@ def day_counts() -> dict[str, tuple[int, int]]:
         "(carrier, flight, origin, time_hour)) as flights from raw.flights group by 1"
     )
     return {r.day: (r.n, r.flights) for r in rows.itertuples()}
+
+
+def server_counts(home: Path, database: str) -> tuple[int, int]:
+    """How many sessions PostgreSQL itself has started on `database` (a server process each),
+    and how many transactions it has committed there."""
+    import psycopg2
+
+    settings = json.loads((home / "stack" / "stack.json").read_text())
+    connection = psycopg2.connect(
+        host="127.0.0.1",
+        port=settings["ports"]["postgres"],
+        user="flywheel",
+        password=settings["postgres_password"],
+        dbname="postgres",
+    )
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "select sessions, xact_commit from pg_stat_database where datname = %s",
+                (database,),
+            )
+            return cursor.fetchone()
+    finally:
+        connection.close()
+
+
+def test_dagster_reaches_its_database_through_the_pooler(home: Path, env: dict[str, str]):
+    """dagster-postgres opens a connection for each storage call (about 30 a second from the
+    daemon and the sensor ticks here): through PgBouncer the server starts a process for a few."""
+    settings = json.loads((home / "stack" / "stack.json").read_text())
+    assert env["DAGSTER_PG_PORT"] == str(settings["ports"]["pgbouncer"])
+    sessions, transactions = server_counts(home, "dagster")
+    time.sleep(12)
+    sessions_after, transactions_after = server_counts(home, "dagster")
+    # Dagster kept working meanwhile (hundreds of transactions: the landing sensor's ticks, the
+    # daemon's loops), on at most one new session per connection of the pool (without the
+    # pooler, one a transaction).
+    assert transactions_after - transactions > 100
+    assert sessions_after - sessions <= POOL_SIZE, f"{sessions_after - sessions} sessions in 12 s"
 
 
 @pytest.mark.parametrize(
