@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from deploy.stack import postgres
-from deploy.stack.processes import StackError, write_atomically
+from deploy.stack.processes import write_atomically
 
 PACKAGE = "pgbouncer"
 # Server connections per database: the daemon's threads, the webserver, the code server's ticks
@@ -28,13 +28,7 @@ MAX_CLIENTS = 400
 def binary() -> Path:
     """`pgbouncer`: /usr/sbin's or PATH's, installed from the distribution's packages when
     missing and running as root."""
-    found = postgres.installed(PACKAGE, _find)
-    if found is None:
-        raise StackError(
-            "PgBouncer is not installed (no pgbouncer in /usr/sbin or on PATH): install the "
-            f"`{PACKAGE}` package (e.g. `sudo apt-get install -y {PACKAGE}`)"
-        )
-    return found
+    return postgres.installed(PACKAGE, _find, "PgBouncer (no pgbouncer in /usr/sbin or on PATH)")
 
 
 def _find() -> Path | None:

@@ -27,18 +27,15 @@ DATABASES = ("dagster", "mlflow", "optuna", "warehouse")
 def binaries() -> Path:
     """The folder of `initdb` and `pg_ctl`: the newest /usr/lib/postgresql/<version>/bin, or PATH's;
     installed from the distribution's packages when missing and running as root."""
-    found = installed(PACKAGE, _find)
-    if found is None:
-        raise StackError(
-            "PostgreSQL's server is not installed (no initdb under /usr/lib/postgresql/*/bin or on "
-            f"PATH): install the `{PACKAGE}` package (e.g. `sudo apt-get install -y {PACKAGE}`)"
-        )
-    return found
+    return installed(
+        PACKAGE, _find, "PostgreSQL's server (no initdb under /usr/lib/postgresql/*/bin or on PATH)"
+    )
 
 
-def installed(package: str, find: Callable[[], Path | None]) -> Path | None:
+def installed(package: str, find: Callable[[], Path | None], what: str) -> Path:
     """What `find` finds, after installing `package` from the distribution's packages when it
-    finds nothing and this process runs as root with apt-get; None if still nothing."""
+    finds nothing and this process runs as root with apt-get; StackError naming `what` and the
+    package if still nothing."""
     found = find()
     if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
         # Two stacks starting at once (two homes, or parallel tests) install once: apt-get
@@ -49,6 +46,11 @@ def installed(package: str, find: Callable[[], Path | None]) -> Path | None:
             if found is None:
                 _install(package)
                 found = find()
+    if found is None:
+        raise StackError(
+            f"{what} is not installed: install the `{package}` package (e.g. "
+            f"`sudo apt-get install -y {package}`)"
+        )
     return found
 
 

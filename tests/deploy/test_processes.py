@@ -79,7 +79,6 @@ def test_start_is_idempotent_and_a_recycled_pid_is_not_the_service(tmp_path: Pat
     assert not port_open(port)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the cluster to another user")
 def test_a_stack_made_before_the_pooler_gets_a_port_for_it_and_keeps_the_others(tmp_path: Path):
     root = tmp_path / "stack"
     root.mkdir()
@@ -97,6 +96,7 @@ def test_a_stack_made_before_the_pooler_gets_a_port_for_it_and_keeps_the_others(
     assert environment["FLYWHEEL_WAREHOUSE_PORT"] == "1"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the cluster to another user")
 def test_a_home_the_server_user_cannot_enter_is_named(tmp_path: Path):
     closed = tmp_path / "closed"
     closed.mkdir(mode=0o700)
@@ -122,3 +122,9 @@ def test_a_code_location_that_cannot_load_is_an_error_not_a_ready_code_server():
     finally:
         server.kill()
         server.wait()
+
+
+def test_a_missing_package_is_named_where_it_cannot_be_installed(monkeypatch):
+    monkeypatch.setattr(postgres.os, "geteuid", lambda: 1000)  # not root: nothing is installed
+    with pytest.raises(StackError, match=r"PgBouncer \(.*\) is not installed: install the `pg"):
+        postgres.installed("pgbouncer", lambda: None, "PgBouncer (no pgbouncer on PATH)")
