@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 # The main job: all of 2013. January's labels train the first model, then production from
 # February 1 through the summer's delays, September (13% of flights late) and the December drift
 # (32%): 22 min 53 s to 24 min 56 s on two cores from fresh clones; 23 min 26 s with set-up
-# since the reference's fits moved into the days; 31 min 43 s on a slower morning (README).
+# since the reference's fits moved into the days; 31 min 43 s and 41 min 15 s on slower
+# machine-days (README).
 # START, DAYS and BOOTSTRAP_DAYS choose another span (the 275 days from April 1 with a first
 # model after 21 days: START=2013-04-01 DAYS=275 BOOTSTRAP_DAYS=21, about 20 minutes). RUN_ARGS
 # passes more options (e.g. --trials 8 --drift celsius@2013-12-10).
