@@ -103,28 +103,32 @@ class InProcessDbt:
         from dbt_common.events.functions import msg_to_dict
 
         self.args = list(args)
-        lines: list[bytes] = []
+        events: list[Any] = []
 
-        def keep(event: Any) -> None:
-            # What the CLI prints at its default log level: its debug events go to dbt.log only
-            # (dagster-dbt echoes every line it reads to standard output).
-            if event.info.level != "debug":
-                lines.append(_json(msg_to_dict(event)))
-
-        # The environment is the command's (the date window, the target folder); the console log
-        # is off: the events go to Dagster, and dbt.log in the target folder has them all.
-        quiet = {"DBT_LOG_LEVEL": "none", "DBT_LOG_LEVEL_FILE": "debug"}
+        # The environment is the command's (the date window, the target folder). dbt's console
+        # and file logs are off: every event comes back through the callback, and dbt.log is
+        # written from them where it outlives the command (`_write_debug_log`). dbt writing it
+        # line by line, to a folder then removed, was a quarter of a daily build's time.
+        quiet = {"DBT_LOG_LEVEL": "none", "DBT_LOG_LEVEL_FILE": "none"}
         with _environ_lock, _environ({**env, **quiet}), _cwd(cwd):
             try:
                 manifest = _manifest(self.args[1:])
-                result = dbtRunner(manifest=manifest, callbacks=[keep]).invoke(self.args[1:])
+                result = dbtRunner(manifest=manifest, callbacks=[events.append]).invoke(
+                    self.args[1:]
+                )
             finally:
                 _release_connections()
+        # What the CLI prints at its default log level: its debug events go to dbt.log only
+        # (dagster-dbt echoes every line it reads to standard output).
+        lines = [_json(msg_to_dict(event)) for event in events if event.info.level != "debug"]
         if result.exception is not None:
             error = {"info": {"level": "error", "msg": f"{result.exception}", "name": "Error"}}
             lines.append(_json(error | {"data": {}}))
         self.returncode = 0 if result.success else 2 if result.exception is not None else 1
         self.stdout = io.BytesIO(b"\n".join(lines))
+        if self.returncode != 0 or os.getenv(KEEP_TARGETS_ENV):
+            log_folder = Path(cwd or ".", env.get("DBT_LOG_PATH") or "logs")
+            _write_debug_log(log_folder / "dbt.log", events)
 
     def wait(self, timeout: float | None = None) -> int:
         return self.returncode
@@ -134,6 +138,29 @@ class InProcessDbt:
 
     def send_signal(self, sig: int) -> None:
         """Nothing to signal: the command has finished."""
+
+
+def _write_debug_log(path: Path, events: Sequence[Any]) -> None:
+    """dbt.log as dbt writes it with `--log-format json` at the debug level: one JSON line per
+    event, its cache events left out, the values of DBT_ENV_SECRET_ variables scrubbed."""
+    import json
+
+    from dbt.events.logging import _NOFILE_CODES
+    from dbt_common.events.functions import msg_to_dict
+    from dbt_common.exceptions.base import env_secrets, scrub_secrets
+    from dbt_common.utils.encoding import ForgivingJSONEncoder
+
+    secrets = env_secrets()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as log:
+        for event in events:
+            if event.info.code in _NOFILE_CODES or event.info.name in CACHE_EVENTS:
+                continue
+            line = json.dumps(msg_to_dict(event), sort_keys=True, cls=ForgivingJSONEncoder)
+            log.write(scrub_secrets(line, secrets) + "\n")
+
+
+CACHE_EVENTS = ("CacheAction", "CacheDumpGraph")  # dbt logs them only with --log-cache-events
 
 
 def _json(event: Mapping[str, Any]) -> bytes:

@@ -208,6 +208,22 @@ def test_a_partition_run_builds_only_its_days_and_reparses_nothing(flywheel, tmp
     result = flywheel.run("daily_warehouse_job", "2013-01-02")
     assert not list(target.glob(f"daily_dbt_models-{result.run_id[:7]}-*"))
 
+    # A failed one keeps it, with dbt's debug log (written from the events once dbt has failed):
+    # the SQL it ran, and the error that Dagster's message points to.
+    flywheel.sql("drop table raw.flights")
+    result = flywheel.run(
+        "daily_warehouse_job", "2013-01-02", ["fct_flight_features"], raise_on_error=False
+    )
+    assert not result.success
+    [log] = target.glob(f"daily_dbt_models-{result.run_id[:7]}-*/dbt.log")
+    names = dbt_event_names(log)
+    assert {"SQLQuery", "LogModelResult"} <= names, names
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    errors = [e["info"]["msg"] for e in events if e["info"]["level"] == "error"]
+    assert any("flights" in error for error in errors), errors
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert str(log) in failure.step_failure_data.error.to_string()
+
 
 def test_a_build_writes_no_artifacts_into_a_folder_it_removes(monkeypatch):
     monkeypatch.delenv(KEEP_TARGETS_ENV, raising=False)
