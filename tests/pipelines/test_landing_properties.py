@@ -394,3 +394,29 @@ def test_integers_load_exactly_or_are_quarantined_as_out_of_range(numbers_wareho
 @given(SPELLED, st.floats())
 def test_fuzz_integers(numbers_warehouse, cases, x):
     check_numbers(numbers_warehouse, cases, x)
+
+
+def test_raw_tables_are_created_once_and_a_drifted_one_is_named():
+    con = DuckDBConnection(duckdb.connect())
+    ensure_raw_tables(con, TASK)
+    expected = {f.name: list(raw_table_columns(f)) for f in TASK.feeds.values()}
+    found = con.execute(
+        "select table_name, list(column_name order by ordinal_position) "
+        "from information_schema.columns where table_schema = ? group by table_name",
+        [RAW_SCHEMA],
+    ).fetchall()
+    assert {t: c for t, c in found if t in expected} == expected
+    assert {"quarantine", TASK.labels_table, TASK.label_tasks_table} <= {t for t, _ in found}
+    con.execute(f"insert into {RAW_SCHEMA}.quarantine (reason) values ('kept')")
+    ensure_raw_tables(con, TASK)  # again: nothing created or replaced
+    assert con.execute(f"select reason from {RAW_SCHEMA}.quarantine").fetchall() == [("kept",)]
+
+    con.execute(f"alter table {RAW_SCHEMA}.weather drop column humid")
+    with pytest.raises(RuntimeError, match=rf"table {RAW_SCHEMA}\.weather has columns .* migrate"):
+        ensure_raw_tables(con, TASK)
+    con.execute(f"drop table {RAW_SCHEMA}.weather")
+    con.execute(f"create view {RAW_SCHEMA}.weather as select 1 as origin")
+    view = rf"table {RAW_SCHEMA}\.weather has columns \['origin'\]"
+    with pytest.raises(RuntimeError, match=view):
+        ensure_raw_tables(con, TASK)
+    con.raw.close()
