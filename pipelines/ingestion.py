@@ -51,8 +51,8 @@ def raw_table_columns(feed: FeedSpec) -> dict[str, str]:
 def ensure_raw_tables(con: WarehouseConnection, task: TaskSpec) -> None:
     """Create the raw schema's tables if absent; fail naming the table if one has drifted.
 
-    One query reads the columns of every table in the raw schema (it was two a table: each run
-    of a day's ingestion, label export and import asks, sixteen queries a time)."""
+    One query reads the columns of every table in the raw schema: each run of a day's ingestion,
+    label export and import asks."""
     tables = {f.name: raw_table_columns(f) for f in task.feeds.values()}
     tables["quarantine"] = QUARANTINE_COLUMNS
     if task.labels_table:
