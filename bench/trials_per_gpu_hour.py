@@ -36,7 +36,7 @@ from bench.train_throughput import BusySampler
 from ml.config import ModelConfig, SearchSpace, TrainConfig
 from ml.data import TabularDataModule
 from ml.synthetic import make_flights
-from ml.training import train
+from ml.training import share_cores, train
 
 
 def trial_configs(n: int) -> list[tuple[ModelConfig, float]]:
@@ -58,9 +58,8 @@ def trial_configs(n: int) -> list[tuple[ModelConfig, float]]:
 
 def worker(args: argparse.Namespace) -> None:
     """Train this worker's share of the trials; one JSON line per trial on standard output."""
-    if args.device == "cpu" or args.share_cores:
-        # As ml.tuning.run_worker does on CPU: the workers share the cores.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.workers))
+    if args.device == "cpu" or not args.all_cores:
+        share_cores(args.workers)  # as ml.tuning.run_worker does
     logging.basicConfig(level=logging.ERROR)
     dm = TabularDataModule(
         make_flights(args.rows, seed=0),
@@ -106,7 +105,7 @@ def run_k(k: int, args: argparse.Namespace, sampler: BusySampler) -> dict[str, f
         *("--workers", str(k), "--trials", str(args.trials), "--rows", str(args.rows)),
         *("--epochs", str(args.epochs), "--batch-size", str(args.batch_size)),
         *("--device", args.device, "--step", args.step),
-        *(["--share-cores"] if args.share_cores else []),
+        *(["--all-cores"] if args.all_cores else []),
     ]
     # Standard error to files: a full pipe would stall a worker while another one is read.
     with ExitStack() as files:
@@ -174,9 +173,10 @@ def main() -> None:
     parser.add_argument("--device", default="gpu" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--step", choices=["auto", "graphed", "plain"], default="auto")
     parser.add_argument(
-        "--share-cores",
+        "--all-cores",
         action="store_true",
-        help="on a GPU too, each worker takes its share of the cores' threads (CPU: always)",
+        help="on a GPU, each worker takes a thread per core, not its share as tuning workers do "
+        "(CPU: always its share)",
     )
     parser.add_argument("--worker", type=int, dest="index", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
@@ -194,7 +194,7 @@ def main() -> None:
     base = results[0]["trials_per_hour"]
     print(
         f"\ndevice={device} rows={args.rows:,} epochs={args.epochs} batch={args.batch_size} "
-        f"trials={args.trials} step={args.step} mps={_mps()} share_cores={args.share_cores}\n"
+        f"trials={args.trials} step={args.step} mps={_mps()} all_cores={args.all_cores}\n"
     )
     print("| K | trials | s (start to last end) | trials per hour | x K=1 | GPU busy % |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -48,7 +48,7 @@ from ml.config import (
     config_to_dict,
 )
 from ml.data import TabularDataModule
-from ml.training import device_name, train
+from ml.training import device_name, share_cores, train
 
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -560,9 +560,7 @@ def run_worker(spec: dict[str, object], datamodule: TabularDataModule, worker: i
     tune_config = replace(config_from_dict(TuneConfig, configs["tune"]), search_space=space)
     model_config = config_from_dict(ModelConfig, configs["model"])
     train_config = config_from_dict(TrainConfig, configs["train"])
-    if not torch.cuda.is_available():
-        # Workers share the machine's cores rather than each taking all of them.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // tune_config.workers))
+    share_cores(tune_config.workers)  # on a GPU too: the step's host work needs the cores
     study = create_study(tune_config, max_epochs=train_config.max_epochs, worker=worker)
     objective = make_objective(datamodule, tune_config, model_config, train_config)
     work(study, objective, tune_config, [], worker=worker)

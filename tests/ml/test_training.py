@@ -1,6 +1,8 @@
 """Training resumes after SIGKILL to the uninterrupted result; checkpoint writes are atomic."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ from ml.callbacks import AtomicCheckpointIO
 from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.training import LAST_CHECKPOINT, train
-from tests.ml.conftest import run_until_killed
+from tests.ml.conftest import REPO, run_until_killed
 
 # CPU training with identical seeds and batch order is bit-for-bit repeatable; the tolerance only
 # absorbs float reductions that might be reordered across processes.
@@ -106,3 +108,24 @@ def test_checkpoints_are_complete_after_training(
     assert oct((ckpt_dir / LAST_CHECKPOINT).stat().st_mode & 0o777) == "0o644"
     assert result.epochs_run == 1 and result.precision == "32-true"
     assert set(result.best_metrics) == {"val/loss", "val/logloss", "val/auroc"}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to share")
+def test_each_of_k_workers_takes_its_share_of_the_cores_it_may_run_on() -> None:
+    # In a fresh interpreter: the threads it sets are the process's own.
+    script = (
+        "import os, torch; from ml.training import share_cores; "
+        "cores = sorted(os.sched_getaffinity(0)); "
+        "print(len(cores), share_cores(1), share_cores(2), share_cores(10 * len(cores)), "
+        "torch.get_num_threads()); "
+        "os.sched_setaffinity(0, cores[:1]); print(share_cores(1), torch.get_num_threads())"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    first, pinned = child.stdout.split("\n")[:2]
+    cores, alone, of_two, of_many, threads = map(int, first.split())
+    assert (alone, of_two, of_many, threads) == (cores, cores // 2, 1, 1)
+    # Pinned to one core (a cpuset, taskset), the process takes one thread, whatever the machine.
+    assert pinned.split() == ["1", "1"]
