@@ -140,6 +140,9 @@ class InProcessDbt:
         """Nothing to signal: the command has finished."""
 
 
+CACHE_EVENTS = ("CacheAction", "CacheDumpGraph")  # dbt logs them only with --log-cache-events
+
+
 def _write_debug_log(path: Path, events: Sequence[Any], env: Mapping[str, str]) -> None:
     """dbt.log as dbt writes it with `--log-format json` at the debug level: one JSON line per
     event, its cache events left out, the values of the command's DBT_ENV_SECRET_ variables
@@ -160,9 +163,6 @@ def _write_debug_log(path: Path, events: Sequence[Any], env: Mapping[str, str]) 
                 continue
             line = json.dumps(msg_to_dict(event), sort_keys=True, cls=ForgivingJSONEncoder)
             log.write(scrub_secrets(line, secrets) + "\n")
-
-
-CACHE_EVENTS = ("CacheAction", "CacheDumpGraph")  # dbt logs them only with --log-cache-events
 
 
 def _json(event: Mapping[str, Any]) -> bytes:
