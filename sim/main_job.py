@@ -209,17 +209,21 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             driver.retraining = True
         if driver.retraining and production_start is None:
             production_start = max(_after_bootstrap(instance) or span[0], span[0])
+        # In process, every run of a day opens the warehouse in this process: it stays open
+        # for the day (Warehouse.held). The daemon's runs open it in their own processes.
+        warehouse = resource(defs, "warehouse")
         for i, day in enumerate(span):
             if day not in todo:
                 continue
-            tick = driver.day(day)
-            if not driver.retraining and i + 1 >= options.bootstrap_days:
-                # The operator trains the first model, then turns the retraining triggers on.
-                tick.runs.append(driver.retrain("bootstrap", day))
-                driver.retraining, production_start = True, day + timedelta(days=1)
-            write_progress(home, day, production_start)
-            if background is not None:
-                background.played(day, production_start)
+            with contextlib.nullcontext() if options.daemon else warehouse.held():
+                tick = driver.day(day)
+                if not driver.retraining and i + 1 >= options.bootstrap_days:
+                    # The operator trains the first model, then turns the retraining triggers on.
+                    tick.runs.append(driver.retrain("bootstrap", day))
+                    driver.retraining, production_start = True, day + timedelta(days=1)
+                write_progress(home, day, production_start)
+                if background is not None:
+                    background.played(day, production_start)
             elapsed = time.monotonic() - began
             say(f"[{i + 1}/{len(span)} {elapsed:.0f}s] {day}: {_describe(tick, driver)}")
         registered = versions(tracker, name)

@@ -186,6 +186,13 @@ class Warehouse(dg.ConfigurableResource, ABC):
         unless the backend allows one writer."""
 
     @contextmanager
+    def held(self) -> Iterator[None]:
+        """Keep the warehouse open in this process for the block, for the work of one process
+        that opens it many times (the in-process driver's day). Nothing to keep unless opening
+        the warehouse costs more than a connection (PostgreSQL's are per use)."""
+        yield
+
+    @contextmanager
     def exclusive(self, name: str) -> Iterator[None]:
         """Hold the lock `name` for the block, against every other process of this warehouse
         (waiting at most `lock_timeout_s`); DuckDB's single writer already is."""
@@ -297,6 +304,20 @@ class DuckDBWarehouse(Warehouse):
         """
         with self.connect():
             pass
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Keep the database open (and its file locked against other processes) for the block.
+
+        Every connection this process opens inside, dbt's in-process ones included, joins the
+        open database: DuckDB opens the file (reading its catalog) once, and writes its WAL back
+        into the file (a checkpoint) once, when the block ends, instead of at each connection's
+        close: 20-60 ms each, about 14 times a simulated day. Commits are as durable: each is
+        in the WAL, which the next open replays after a kill. Another process waits for the
+        block's end (`lock_timeout_s`), so hold it for short work, never around a process that
+        opens the file itself (dbt as a command)."""
+        with self.connect():
+            yield
 
 
 # --- PostgreSQL -------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from datetime import date, timedelta
@@ -22,6 +23,7 @@ from pipelines.lib.dbt import (
     dbt_executable,
     dbt_project,
 )
+from pipelines.lib.warehouse import DuckDBWarehouse
 from sim.replay import land_days
 from tests.pipelines.conftest import source_rows, source_table
 from tests.pipelines.killing import instance_at
@@ -249,3 +251,38 @@ def test_dbt_resource_knows_its_dbt_version_without_running_dbt(monkeypatch):
     monkeypatch.setattr(dagster_dbt.core.resource, "check_output", no_subprocess)
     resource = FlywheelDbtCliResource(project_dir=dbt_project, dbt_executable=dbt_executable())
     assert resource._cli_version == Version(version("dbt-core"))
+
+
+def test_a_held_duckdb_warehouse_is_checkpointed_once_and_a_kill_while_held_loses_no_commit(
+    tmp_path,
+):
+    """Inside `held`, connections join the open database: what they commit stays in the WAL
+    (no checkpoint at each close) and no other process can open the file; the block's end
+    checkpoints it. A process killed while holding it loses no committed row."""
+    path = tmp_path / "w.duckdb"
+    wal = Path(f"{path}.wal")
+    warehouse = DuckDBWarehouse(path=str(path))
+    opener = f"import duckdb; duckdb.connect({str(path)!r}).close()"
+    with warehouse.held():
+        for x in range(3):
+            with warehouse.connect() as con:
+                con.execute("create table if not exists t (x integer)")
+                con.execute("insert into t values (?)", [x])
+        assert wal.exists() and wal.stat().st_size > 0
+        other = subprocess.run([sys.executable, "-c", opener], capture_output=True, text=True)
+        assert other.returncode != 0 and "lock" in other.stderr.lower(), other.stderr
+    assert not wal.exists()
+    subprocess.run([sys.executable, "-c", opener], check=True)
+
+    holder = f"""
+import os, signal
+from pipelines.lib.warehouse import DuckDBWarehouse
+warehouse = DuckDBWarehouse(path={str(path)!r})
+with warehouse.held():
+    with warehouse.connect() as con:
+        con.execute("insert into t values (3)")
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+    killed = subprocess.run([sys.executable, "-c", holder], cwd=REPO)
+    assert killed.returncode == -signal.SIGKILL and wal.exists()
+    assert warehouse.query("select x from t order by x")["x"].tolist() == [0, 1, 2, 3]
