@@ -82,17 +82,26 @@ class DvcDatasetStore(dg.ConfigurableResource):
         probe_bucket(bucket, REMOTE_SETTING, self.endpoint_url, timeout_s)
 
     def configure_remote(self) -> None:
-        """Point the repository's default remote at `remote_url` (machine-local config)."""
-        self.dvc(
-            "remote", "add", "--local", "--force", "--default", self.remote_name, self.remote_url
-        )
+        """Point the repository's default remote at `remote_url` (machine-local config), as
+        `dvc remote add --local --force --default` (and `remote modify endpointurl`) would."""
+        from dvc.repo import Repo
+
+        remote = {"url": self.remote_url}
         if self.endpoint_url:
-            self.dvc(
-                "remote", "modify", "--local", self.remote_name, "endpointurl", self.endpoint_url
-            )
+            remote["endpointurl"] = self.endpoint_url
+        with Repo(self.repo_dir) as repo, repo.config.edit("local") as conf:
+            conf["remote"][self.remote_name] = remote
+            conf["core"]["remote"] = self.remote_name
 
     def save(self, name: str, splits: dict[str, pd.DataFrame]) -> DatasetVersion:
-        """Write each split as `datasets/<name>/<split>.parquet`, track the folder, push it."""
+        """Write each split as `datasets/<name>/<split>.parquet`, track the folder, push it.
+
+        DVC runs in this process (its Python API, as `fetch` uses it): the `remote add`, `add`
+        and `push` commands each started a Python and imported DVC, 2.2 s of a retraining's
+        dataset against 0.1-0.3 s."""
+        from dvc.exceptions import DvcException
+        from dvc.repo import Repo
+
         # A wrong remote fails here in a second, naming its setting, not after dvc's retries.
         self.check()
         folder = Path(self.repo_dir) / "datasets" / name
@@ -105,14 +114,21 @@ class DvcDatasetStore(dg.ConfigurableResource):
             # Same rows, same bytes: sorted input and no index make the DVC hash reproducible.
             table = pa.Table.from_pandas(frame, preserve_index=False)
             pq.write_table(table, files[split], compression="zstd")
-        relative = folder.relative_to(self.repo_dir).as_posix()
-        self.configure_remote()
-        # No --quiet anywhere: it hides dvc's error messages too.
-        self.dvc("add", relative)
         pointer = folder.with_name(f"{name}.dvc")
-        self.dvc(
-            "push", "--remote", self.remote_name, pointer.relative_to(self.repo_dir).as_posix()
-        )
+        try:
+            self.configure_remote()
+            with Repo(self.repo_dir) as repo:
+                # No hint on standard output to `git add` the pointer.
+                repo.scm_context.quiet = True
+                # Absolute paths: the API resolves relative ones from this process's folder.
+                repo.add(str(folder))
+                repo.push(targets=[str(pointer)], remote=self.remote_name)
+        except (DvcException, OSError) as e:
+            # A remote folder that is a file, a full disk: DVC's own errors and the system's.
+            raise DvcCommandError(
+                f"dvc could not add {folder} in {self.repo_dir} and push it to "
+                f"{self.remote_url}: {e}"
+            ) from e
         return DatasetVersion(read_dvc_hash(pointer), folder, pointer, files)
 
     def pull(self, name: str) -> Path:

@@ -199,3 +199,20 @@ def test_a_hash_missing_from_the_remote_is_a_clear_error(s3_env, tmp_path):
     assert list((tmp_path / "cache").iterdir()) == []
     with pytest.raises(ValueError, match="not a DVC directory hash"):
         fetcher.fetch("../../etc")
+
+
+def test_a_save_prints_nothing_and_a_remote_it_cannot_write_is_a_clear_error(
+    dvc_repo, tmp_path, capfd
+):
+    frame = pd.DataFrame({"flight_id": ["a", "b"], "is_late": [True, False]})
+    store = DvcDatasetStore(repo_dir=str(dvc_repo / "data"), remote_url=str(tmp_path / "remote"))
+    version = store.save("flights", {"train": frame})
+    assert remote_objects(tmp_path / "remote")
+    assert version.dvc_hash == datasets.read_dvc_hash(version.pointer)
+    assert capfd.readouterr().out == ""  # DVC's hints go nowhere near the main job's terminal
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    store = DvcDatasetStore(repo_dir=str(dvc_repo / "data"), remote_url=str(blocked))
+    with pytest.raises(DvcCommandError, match=f"push it to {blocked}"):
+        store.save("flights", {"train": frame.iloc[:1]})
