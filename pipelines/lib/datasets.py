@@ -84,14 +84,20 @@ class DvcDatasetStore(dg.ConfigurableResource):
     def configure_remote(self) -> None:
         """Point the repository's default remote at `remote_url` (machine-local config), as
         `dvc remote add --local --force --default` (and `remote modify endpointurl`) would."""
+        from dvc.exceptions import DvcException
         from dvc.repo import Repo
 
         remote = {"url": self.remote_url}
         if self.endpoint_url:
             remote["endpointurl"] = self.endpoint_url
-        with Repo(self.repo_dir) as repo, repo.config.edit("local") as conf:
-            conf["remote"][self.remote_name] = remote
-            conf["core"]["remote"] = self.remote_name
+        try:
+            with Repo(self.repo_dir) as repo, repo.config.edit("local") as conf:
+                conf["remote"][self.remote_name] = remote
+                conf["core"]["remote"] = self.remote_name
+        except (DvcException, OSError) as e:
+            raise DvcCommandError(
+                f"dvc could not set the remote {self.remote_url} in {self.repo_dir}: {e}"
+            ) from e
 
     def save(self, name: str, splits: dict[str, pd.DataFrame]) -> DatasetVersion:
         """Write each split as `datasets/<name>/<split>.parquet`, track the folder, push it.
@@ -115,8 +121,8 @@ class DvcDatasetStore(dg.ConfigurableResource):
             table = pa.Table.from_pandas(frame, preserve_index=False)
             pq.write_table(table, files[split], compression="zstd")
         pointer = folder.with_name(f"{name}.dvc")
+        self.configure_remote()
         try:
-            self.configure_remote()
             with Repo(self.repo_dir) as repo:
                 # No hint on standard output to `git add` the pointer.
                 repo.scm_context.quiet = True

@@ -216,3 +216,8 @@ def test_a_save_prints_nothing_and_a_remote_it_cannot_write_is_a_clear_error(
     store = DvcDatasetStore(repo_dir=str(dvc_repo / "data"), remote_url=str(blocked))
     with pytest.raises(DvcCommandError, match=f"push it to {blocked}"):
         store.save("flights", {"train": frame.iloc[:1]})
+    # Not a DVC repository: the remote cannot be set, and pull says so the same way.
+    store = DvcDatasetStore(repo_dir=str(tmp_path / "no-repo"), remote_url=str(tmp_path / "r"))
+    (tmp_path / "no-repo").mkdir()
+    with pytest.raises(DvcCommandError, match="could not set the remote"):
+        store.pull("flights")
