@@ -39,7 +39,6 @@ class FileComputeLogManager(LocalComputeLogManager):
     capture copies each stream's file to the stream at its end rather than tailing it."""
 
     def __init__(self, dagster_home: str, inst_data: ConfigurableClassData | None = None):
-        self._dagster_home = dagster_home
         super().__init__(str(Path(dagster_home) / "storage"), inst_data=inst_data)
 
     @classmethod
