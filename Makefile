@@ -4,17 +4,17 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The main job: all of 2013. January's labels train the first model, then production from
-# February 1 through the summer's delays, September (13% of flights late) and the December drift
-# (32%): 22 min 53 s to 24 min 56 s on two cores from fresh clones; 23 min 26 s with set-up
-# since the reference's fits moved into the days; 31 min 43 s and 41 min 15 s on slower
-# machine-days (README).
-# START, DAYS and BOOTSTRAP_DAYS choose another span (the 275 days from April 1 with a first
-# model after 21 days: START=2013-04-01 DAYS=275 BOOTSTRAP_DAYS=21, about 20 minutes). RUN_ARGS
-# passes more options (e.g. --trials 8 --drift celsius@2013-12-10).
-DAYS ?= 365
-START ?= 2013-01-01
-BOOTSTRAP_DAYS ?= 31
+# The main job: the 275 days from April 1. April's first three weeks of labels train the first
+# model, then production runs from April 22 through the summer's delays, September (13% of
+# flights late) and the December drift (32%): 23 min 5 s on two cores from a fresh clone, set-up
+# included (2026-11-27; README, Quick start).
+# START, DAYS and BOOTSTRAP_DAYS choose another span. All of 2013, the first model after
+# January's 31 days: START=2013-01-01 DAYS=365 BOOTSTRAP_DAYS=31, 22 min 53 s to 41 min 27 s
+# with the machine's speed, over issue 13's 25 minutes on most days measured. RUN_ARGS passes
+# more options (e.g. --trials 8 --drift celsius@2013-12-10).
+DAYS ?= 275
+START ?= 2013-04-01
+BOOTSTRAP_DAYS ?= 21
 RUN_ARGS ?=
 # `make compare`: the same days under each retraining policy (static, weekly, drift, performance,
 # flywheel), each a main job of its own; November and December by default (README, Benchmarks).
