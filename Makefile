@@ -6,8 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The main job: the 275 days from April 1. April's first three weeks of labels train the first
 # model, then production runs from April 22 through the summer's delays, September (13% of
-# flights late) and the December drift (32%): 20 min 14 s and 23 min 5 s on two cores from fresh
-# clones, set-up included (2026-11-27; README, Quick start).
+# flights late) and the December drift (32%): 20 min 14 s to 25 min 48 s on two cores from fresh
+# clones, set-up included, with the machine's speed (2026-11-27; README, Quick start).
 # START, DAYS and BOOTSTRAP_DAYS choose another span. All of 2013, the first model after
 # January's 31 days: START=2013-01-01 DAYS=365 BOOTSTRAP_DAYS=31, 22 min 53 s to 41 min 27 s
 # with the machine's speed, over issue 13's 25 minutes on most days measured. RUN_ARGS passes
