@@ -1,4 +1,4 @@
-"""Benchmarks that print figures (README, Benchmarks)."""
+"""Benchmarks that print figures (docs/benchmarks.md: the current ones, each with its command)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ daily warehouse run, the other runs by job, and what the driver spent outside an
 files, ticking sensors, opening runs). Retraining runs are reported apart (they are weekly).
 Without --before, only the working tree is measured.
 
-The second of two plays runs a few percent faster (measured: 4%, the same code on both sides),
-so one pair cannot resolve a smaller cut. `--pairs N` plays each version N times, the order
+The second of two plays runs a few percent faster, even with the same code on both sides, so
+one pair cannot resolve a smaller cut. `--pairs N` plays each version N times, the order
 alternating from one pair to the next (before first, then after first, ...), and compares the
 means of each version's plays.
 """

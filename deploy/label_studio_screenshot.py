@@ -6,11 +6,11 @@ downloaded):
 
     python3 -m venv /tmp/shots && /tmp/shots/bin/pip install playwright
     /tmp/shots/bin/python deploy/label_studio_screenshot.py \\
-        --credentials $FLYWHEEL_HOME/label-studio/credentials.json --out docs/
+        --credentials $FLYWHEEL_HOME/label-studio/credentials.json --out docs/images
 
 It logs in as the local server's admin, then saves the project's task list (`<out>/
-label_studio_tasks.png`) and one task open with the model's pre-annotation
-(`<out>/label_studio_task.png`).
+label-studio-tasks.png`) and one task open with the model's pre-annotation
+(`<out>/label-studio-task.png`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--credentials", type=Path, required=True)
     parser.add_argument("--project", default="flywheel-flights")
-    parser.add_argument("--out", type=Path, default=Path("docs"))
+    parser.add_argument("--out", type=Path, default=Path("docs") / "images")
     args = parser.parse_args()
     creds = json.loads(args.credentials.read_text())
     url, token = creds["url"], creds["token"]
@@ -67,12 +67,12 @@ def main() -> None:
         page.wait_for_url(lambda u: "/login" not in u, timeout=60_000)
         page.goto(f"{url}/projects/{project}/data")
         page.wait_for_timeout(6_000)
-        page.screenshot(path=str(args.out / "label_studio_tasks.png"))
+        page.screenshot(path=str(args.out / "label-studio-tasks.png"))
         page.goto(f"{url}/projects/{project}/data?task={waiting[0]['id']}")
         page.wait_for_timeout(8_000)
-        page.screenshot(path=str(args.out / "label_studio_task.png"))
+        page.screenshot(path=str(args.out / "label-studio-task.png"))
         browser.close()
-    print(f"saved {args.out / 'label_studio_tasks.png'} and {args.out / 'label_studio_task.png'}")
+    print(f"saved {args.out / 'label-studio-tasks.png'} and {args.out / 'label-studio-task.png'}")
 
 
 if __name__ == "__main__":

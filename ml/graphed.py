@@ -1,7 +1,7 @@
 """A training step's forward, loss, backward and gradient clipping captured as a CUDA graph.
 
-A step of the tabular network at batch 1,024 is ~150 kernel launches and well under a
-millisecond of GPU work: launched one by one from Python, the GPU waits on the host. Captured
+A step of the tabular network at a batch of about a thousand rows is many small kernels and
+little GPU work: launched one by one from Python, the GPU waits on the host. Captured
 once and replayed, a step is one launch. ``GraphedStep`` keeps one graph per batch shape (the
 epoch's last, shorter batch gets its own), warms each shape up with a few eager steps on a side
 stream before capturing it, and copies every batch into the graph's static input buffers. The

@@ -23,12 +23,12 @@ PROB_EPS = 1e-7
 class Dropout(nn.Dropout):
     """``nn.Dropout`` whose training mask on the CPU is drawn with ``torch.rand_like``.
 
-    torch's CPU ``bernoulli_``, behind ``nn.Dropout``, was about a quarter of a CPU training
-    step of this network: 370 us for a 1,024 x 64 activation, against 140 us for a uniform draw
-    and a comparison. The same distribution (each element kept with probability 1 - p and
-    scaled by 1 / (1 - p)), the same seeded generator, another sequence of masks. Other
-    devices, other dtypes than float32 and float64 (a bf16 uniform draw rounds to 1.0 too
-    often), evaluation and p = 0 or 1 are ``nn.Dropout``'s own.
+    torch's CPU ``bernoulli_``, behind ``nn.Dropout``, was a large share of a CPU training step
+    of this network, and a uniform draw and a comparison cost a fraction of it. The same
+    distribution (each element kept with probability 1 - p and scaled by 1 / (1 - p)), the same
+    seeded generator, another sequence of masks. Other devices, other dtypes than float32 and
+    float64 (a bf16 uniform draw rounds to 1.0 too often), evaluation and p = 0 or 1 are
+    ``nn.Dropout``'s own.
     """
 
     def forward(self, input: Tensor) -> Tensor:
@@ -69,7 +69,7 @@ class CategoricalEmbeddings(nn.Module):
     columns of the table; the output is each column's embedding, in column order, exactly as one
     ``nn.Embedding(cardinality_j, dims[j])`` per column concatenated (and initialised with the
     same random draws). Seven small tables would cost seven lookups and seven sorting backwards,
-    a third of a graphed step's GPU time.
+    a large share of a graphed step's GPU time.
     """
 
     def __init__(self, cardinalities: list[int], dims: list[int]):
@@ -153,9 +153,9 @@ class TabularEnsemble(nn.Module):
     trained on its own loss; the ensemble's probability is the members' mean probability.
 
     Averaging what independently initialised networks predict removes much of the variance one
-    draw carries: replayed on a year's training sets (bench/training_sets.py), three separately
-    trained networks' mean probability ranked 14 days of production better than one network by
-    0.0085 AUC, and three trained side by side as here by 0.0066. Each member's gradient is the
+    draw carries: replayed on a year's training sets, a few networks' mean probability ranks the
+    next 14 days of production better than one network, trained separately or side by side as
+    here (bench/training_sets.py; figures in docs/benchmarks.md). Each member's gradient is the
     one it would get alone, on its own sequence of batches (``TabularClassifier.row_orders``);
     gradient clipping, though, bounds the members' joint norm.
     """
@@ -354,7 +354,7 @@ class TabularClassifier(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """AdamW with the configured learning rate and weight decay, fused (one kernel a step on
-        CUDA; on the CPU about 8% of a step less than the per-parameter loop) unless Lightning
+        CUDA; on the CPU it is also cheaper than the per-parameter loop) unless Lightning
         clips the gradients under its mixed-precision plugin, which refuses a fused optimizer
         (it would unscale them itself): there, the per-parameter loop."""
         trainer = self._trainer

@@ -44,9 +44,9 @@ def share_cores(workers: int) -> int:
     `workers` processes training at once; returns the threads set.
 
     On a GPU too: each step's Python, data loading and kernel launches run on the host, and K
-    processes that each start a thread per core contend for the cores. On an NVIDIA H200 with 16
-    cores and MPS, eight tuning workers ran 32 trials at 13,875-15,152 trials an hour with their
-    share of the cores, against 11,428-12,013 with every core each (bench.trials_per_gpu_hour).
+    processes that each start a thread per core contend for the cores, so K workers on one GPU
+    tune more trials an hour with their share than with every core each
+    (bench.trials_per_gpu_hour; figures in docs/benchmarks.md).
     """
     # The cores this process may run on (a cpuset, taskset), else the machine's.
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

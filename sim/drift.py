@@ -1,8 +1,12 @@
 """Planted drift: a change the outside world makes to its feeds from a given day on.
 
 `celsius` is an upstream unit change a real weather provider could make: temperatures and dew
-points arrive in degrees Celsius instead of Fahrenheit. Every value still passes the landing
-contract (it is a plausible number), so only monitoring can notice it.
+points arrive in degrees Celsius instead of Fahrenheit, the relative humidity as before. Every
+value still passes the landing contract (it is a plausible number), so no column's own bounds
+catch it. The weather feed's humidity check does (pipelines/feed_checks.py, `checks: humidity:`
+in pipelines/tasks/flights.yaml): the humidity the two readings imply no longer matches the
+reported one, and with `quarantine: true` each such day's rows go to the quarantine: the day
+is used as one the feed missed, never with Celsius read as Fahrenheit.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ class SensorTicker:
         self.executor, self.name = executor, name
         self.defs, self.instance = executor.defs, executor.instance
         self.sensor = self.defs.resolve_sensor_def(name)
-        # The resources this sensor asks for, as the daemon builds them: not every resource of
-        # the code location at every tick (about 0.2 s a simulated day).
+        # The resources this sensor asks for, as the daemon builds them: building every resource
+        # of the code location at every tick would add to every simulated day for nothing.
         needed = self.sensor.required_resource_keys
         self.resources = {k: v for k, v in (self.defs.resources or {}).items() if k in needed}
         self.cursor_path = state / f"{name}.cursor.json"

@@ -45,6 +45,41 @@ class Report:
     markdown: Path
     plot: Path
 
+    def summary(self) -> list[str]:
+        """The few lines the terminal shows at the end: the headline figures and where the
+        report, its plot and its tables are."""
+        lines = []
+        if len(self.weekly):
+            mean = self.weekly[["flywheel", "static", "reference", "ceiling"]].mean()
+            weeks = f"{len(self.weekly)} production weeks from {self.weekly.week.iloc[0]}"
+            auc = f"flywheel {mean.flywheel:.3f}, static model {mean.static:.3f}"
+            if not np.isnan(mean.reference):
+                auc += f", same-budget reference {mean.reference:.3f}"
+                auc += f", all-labels ceiling {mean.ceiling:.3f}"
+            lines.append(f"mean weekly AUC over {weeks}: {auc}")
+        else:
+            lines.append("no production week was scored")
+        runs = self.retrainings
+        if len(runs):
+            triggers = runs.trigger.value_counts()
+            by_trigger = ", ".join(f"{n} {trigger}" for trigger, n in triggers.items())
+            promoted = int((runs.decision == "promoted").sum())
+            lines.append(f"retrainings: {len(runs)} ({by_trigger}), {promoted} promoted")
+        if len(self.labels):
+            labelled, exported = int(self.labels.labelled.sum()), int(self.labels.exported.sum())
+            lines.append(f"labels: {labelled:,} of {exported:,} tasks came back")
+        if self.alarms.judged:
+            lines.append(
+                f"alarm precision {self.alarms.precision:.0%} "
+                f"({self.alarms.right} of {self.alarms.judged} judged)"
+            )
+        return [
+            *lines,
+            f"report: {self.markdown}",
+            f"plot:   {self.plot}",
+            f"tables: {self.markdown.parent}/{{weekly,retrainings,labels}}.csv",
+        ]
+
 
 def resource(defs: dg.Definitions, key: str) -> Any:
     """The code location's resource `key` as a run would see it: its settings read from the

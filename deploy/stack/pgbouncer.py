@@ -2,7 +2,7 @@
 
 dagster-postgres holds no connection open (SQLAlchemy's NullPool, so that no instance keeps
 connections): the daemon, the code server's sensor ticks and every run open a connection for each
-storage call, about 40 a second on an idle stack with its sensors on, and PostgreSQL starts a
+storage call, dozens a second on an idle stack with its sensors on, and PostgreSQL starts a
 server process for each. PgBouncer (session pooling) keeps the server connections and hands them
 out: a client's connection costs a socket, not a process. Clients log in with the role's password
 as before; PgBouncer checks it against the role's SCRAM verifier (`auth_file`, no password on

@@ -3,8 +3,8 @@
 Dagster's `LocalComputeLogManager` captures a run's standard output and error into files the UI
 shows, and mirrors each file back to the stream it captured while the run goes on: a `tail -F`
 process and a watcher Python process per stream, four processes started and stopped for every
-run (41 ms of the run's wall time and 47 ms of CPU on the 2-core machine, three or four times a
-simulated day). This subclass writes the same files in the same places and copies what each
+run, three or four runs a simulated day, each start costing wall time and CPU for nothing the
+main job needs. This subclass writes the same files in the same places and copies what each
 captured to its stream once the capture ends, failed or not: the same bytes reach the
 process's own output (the main job's log file, a `dagster dev` terminal), after the run's steps
 instead of while they run. The UI reads the files as it did, live.

@@ -1,21 +1,21 @@
 """The embedded Dagster instance's event log: Dagster's own SQLite storage, its connections kept.
 
 Dagster's `SqliteEventLogStorage` creates a SQLAlchemy engine, opens a SQLite connection and
-closes both for every event it stores and every query it answers. An event costs 2.5 ms, an
-asset event (written to the run's database and the index database) 5.9 ms, and a simulated day
-stores about 170 of them: a third of the day. This subclass keeps one engine (one pooled
+closes both for every event it stores and every query it answers (an asset event writes to
+the run's database and the index database), and a simulated day stores many of them:
+opening and closing was a large share of the day. This subclass keeps one engine (one pooled
 connection, more for a moment while a database is created) per database file, for the index
 database and the last runs' databases, and otherwise leaves everything to Dagster's class: the
 same files and schema, WAL journal, busy timeout, the same lock around every use, and the same
-durability (each event is its own committed transaction). Measured: 0.8 ms and 1.9 ms.
+durability (each event is its own committed transaction).
 
 Two more of Dagster's per-call costs are cut the same way. Each run's new database was stamped
 with the schema's alembic revision by parsing every migration script of Dagster's, and its
-tables created before its WAL journal: 44 ms a run (a simulated day starts three or four). A new
-run database now gets the same tables, journal and stamp in 12 ms, the scripts parsed once per
-process. And `has_table`, asked several times for each asset event, opened and disposed an
-engine on the index database each time: a table it found is remembered (migrations add tables;
-none are dropped under a running instance).
+tables created before its WAL journal (each table's creation a journal commit), for each of a
+simulated day's three or four runs. A new run database now gets the same tables, journal and
+stamp with the scripts parsed once per process. And `has_table`, asked several times for each
+asset event, opened and disposed an engine on the index database each time: a table it found is
+remembered (migrations add tables; none are dropped under a running instance).
 
 It is the embedded default's (`deploy/dagster.yaml`); the stack and production keep Dagster's
 PostgreSQL storage. The webserver and the daemon read the same files as before.

@@ -102,9 +102,9 @@ class DvcDatasetStore(dg.ConfigurableResource):
     def save(self, name: str, splits: dict[str, pd.DataFrame]) -> DatasetVersion:
         """Write each split as `datasets/<name>/<split>.parquet`, track the folder, push it.
 
-        DVC runs in this process (its Python API, as `fetch` uses it): the `remote add`, `add`
-        and `push` commands each started a Python and imported DVC, 2.2 s of a retraining's
-        dataset against 0.1-0.3 s."""
+        DVC runs in this process (its Python API, as `fetch` uses it): as commands, `remote add`,
+        `add` and `push` each started a Python and imported DVC, which cost far more than their
+        work on a retraining's dataset."""
         from dvc.exceptions import DvcException
         from dvc.repo import Repo
 

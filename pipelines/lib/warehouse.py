@@ -312,7 +312,7 @@ class DuckDBWarehouse(Warehouse):
         Every connection this process opens inside, dbt's in-process ones included, joins the
         open database: DuckDB opens the file (reading its catalog) once, and writes its WAL back
         into the file (a checkpoint) once, when the block ends, instead of at each connection's
-        close: 20-25 ms each on a 17 MB file, about 14 times a simulated day. Commits are as
+        close, which a simulated day's runs and sensors do many times. Commits are as
         durable: each is in the WAL, which the next open replays after a kill. Another process
         waits for the block's end (`lock_timeout_s`), so hold it for short work, never around a
         process that opens the file itself (dbt as a command)."""

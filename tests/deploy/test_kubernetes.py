@@ -420,7 +420,8 @@ def test_dockerignore_admits_exactly_what_the_image_copies():
     assert "dbt_project/target/" in lines
 
 
-# Where the stack's settings are on Kubernetes when not in flywheel-env (README.md says how).
+# Where the stack's settings are on Kubernetes when not in flywheel-env (deploy/helm/README.md,
+# section 3, says how).
 NOT_IN_CONFIGMAP = {
     "FLYWHEEL_HOME",  # the image
     "FLYWHEEL_DVC_REPO",  # the image

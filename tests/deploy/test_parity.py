@@ -145,9 +145,9 @@ def embedded_env(home: Path, task_file: Path) -> dict[str, str]:
 def played(tmp_path_factory, task_file: Path) -> Iterator[dict[str, dict]]:
     """The days played both ways: `in_process` and `through_the_daemon`.
 
-    The in-process main job plays in the background while the stack starts and the daemon plays
-    (its processes mostly wait on the daemon's loop and queue), not before them: the fixture took
-    447 s against 480 s alone on the machine. Neither shares anything with the other."""
+    The in-process main job plays in the background while the stack starts and the daemon plays,
+    not before them: the stack's processes mostly wait on the daemon's loop and queue, so the two
+    overlap instead of adding up. Neither shares anything with the other."""
     home = tmp_path_factory.mktemp("embedded")
     with main_job_in_background(embedded_env(home, task_file), home / "sim-run.out") as in_process:
         daemon = tmp_path_factory.mktemp("stack")

@@ -91,9 +91,9 @@ def test_a_worker_killed_mid_trial_loses_nothing(
     datamodule: TabularDataModule, study_config: TuneConfig
 ) -> None:
     config = replace(study_config, n_trials=4)
-    # Trials long enough that the killer's poll always finds one training: an epoch of these
-    # splits takes about 25 ms, so 4 epochs (0.1 s a trial) let a loaded machine's poll miss
-    # every trial of the study; 80 take about 2 s.
+    # Trials long enough that the killer's poll always finds one training: these splits are
+    # small, so a trial of a few epochs can start and end between two polls of a loaded machine
+    # and the killer miss every trial of the study; 80 epochs span many polls.
     slow = replace(ONE_EPOCH, max_epochs=80)
     # The study (and its tables) exists before the killer thread reads it.
     create_study(config, max_epochs=1)

@@ -2,7 +2,8 @@
 
 Unreachable services are closed ports on 127.0.0.1 (or a port that accepts and never answers);
 the missing buckets are on the session's S3 server. Each test has a timeout far below what the
-libraries' own retries took (20 s for S3, 4 minutes for MLflow).
+libraries' own retries with backoff (botocore's, MLflow's) would take, so a wrong setting that
+the flywheel does not check up front fails the test instead of waiting them out.
 """
 
 from __future__ import annotations

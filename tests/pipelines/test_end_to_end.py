@@ -255,6 +255,17 @@ def test_report_numbers_come_from_the_run(played, tmp_path) -> None:
     text = report.markdown.read_text()
     assert "test header" in text and "## Retrainings" in text and "weekly_auc.png" in text
     assert report.alarms.describe() in text
+    # The terminal's summary: the headline figures of these tables, and where they are.
+    summary = "\n".join(report.summary())
+    assert len(report.summary()) <= 8
+    mean = report.weekly[["flywheel", "static"]].mean()
+    assert f"flywheel {mean.flywheel:.3f}, static model {mean.static:.3f}" in summary
+    promoted = (report.retrainings.decision == "promoted").sum()
+    assert f"retrainings: {len(report.retrainings)} (" in summary
+    assert f"{promoted} promoted" in summary
+    assert f"labels: {int(report.labels.labelled.sum()):,} of" in summary
+    assert f"report: {report.markdown}" in summary and f"plot:   {report.plot}" in summary
+    assert "|" not in summary  # no table rows on the terminal
 
 
 # --- A killed process never wedges the loop: SIGKILL of real run processes -------------------
@@ -314,7 +325,7 @@ def uninterrupted(played, tmp_path_factory) -> dict[str, list[tuple]]:
     return warehouse_snapshot(Path(env["FLYWHEEL_WAREHOUSE_PATH"]))
 
 
-@pytest.mark.slow  # about 4 min a case on 2 cores: `make test-all`
+@pytest.mark.slow  # each case kills a run, then plays two days on a world copy: `make test-all`
 @pytest.mark.parametrize("step", ["raw_weather", "daily_dbt_models", "flight_predictions"], ids=str)
 def test_a_daily_run_killed_mid_step_is_failed_retried_and_leaves_the_warehouse_whole(
     played, uninterrupted, tmp_path, step
