@@ -5,19 +5,16 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The main job: the 275 days from April 1. April's first three weeks of labels train the first
-# model, then production runs from April 22 through the summer's delays, September (13% of
-# flights late) and the December drift (32%): 20 min 14 s to 25 min 48 s on two cores from fresh
-# clones, set-up included, with the machine's speed (2026-11-27; README, Quick start).
-# START, DAYS and BOOTSTRAP_DAYS choose another span. All of 2013, the first model after
-# January's 31 days: START=2013-01-01 DAYS=365 BOOTSTRAP_DAYS=31, 22 min 53 s to 41 min 27 s
-# with the machine's speed, over issue 13's 25 minutes on most days measured. RUN_ARGS passes
-# more options (e.g. --trials 8 --drift celsius@2013-12-10).
+# model, then production runs from April 22 through the summer's delays, September's low late rate
+# and the December drift (docs/benchmarks.md: how long it takes). START, DAYS and BOOTSTRAP_DAYS
+# choose another span; all of 2013, the first model after January: START=2013-01-01 DAYS=365
+# BOOTSTRAP_DAYS=31. RUN_ARGS passes more options (e.g. --trials 8 --drift celsius@2013-12-10).
 DAYS ?= 275
 START ?= 2013-04-01
 BOOTSTRAP_DAYS ?= 21
 RUN_ARGS ?=
 # `make compare`: the same days under each retraining policy (static, weekly, drift, performance,
-# flywheel), each a main job of its own; November and December by default (README, Benchmarks).
+# flywheel), each a main job of its own; November and December by default (docs/benchmarks.md).
 COMPARE_START ?= 2013-11-01
 COMPARE_DAYS ?= 61
 
@@ -25,7 +22,7 @@ export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel
 export DAGSTER_HOME ?= $(FLYWHEEL_HOME)/dagster
 export DBT_SEND_ANONYMOUS_USAGE_STATS := false
 
-.PHONY: setup flywheel compare test test-all lint dev data-pull clean stack-up stack-down stack-status stack-flywheel
+.PHONY: setup flywheel compare test test-fast test-all fuzz lint dev data-pull clean stack-up stack-down stack-status stack-flywheel docs-screenshots
 
 setup: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml dbt_project/target/manifest.json
 
@@ -58,8 +55,17 @@ compare: setup
 test: setup
 	$(VENV)/bin/pytest -m "not slow" -n 2 --dist loadgroup --durations=25
 
+# The inner loop: the unit tests, without the services, the stack and the loop played over days.
+test-fast: setup
+	$(VENV)/bin/pytest -m "not slow and not integration" -n 2 -q
+
+# The slow tests too (the kill tests on copies of a played world, DDP); the long fuzzing profile
+# runs on its own, as long as FLYWHEEL_FUZZ_EXAMPLES asks (docs/reliability.md).
 test-all: setup
-	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=25
+	$(VENV)/bin/pytest -m "not fuzz" -n 2 --dist loadgroup --durations=25
+
+fuzz: setup
+	$(VENV)/bin/pytest -m fuzz -n 2
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
@@ -70,7 +76,7 @@ data-pull: setup
 	cd data && ../$(VENV)/bin/dvc remote add --local --force --default flywheel $(DVC_REMOTE)
 	cd data && ../$(VENV)/bin/dvc pull
 
-# The production-shaped stack on this machine (README, Production): PostgreSQL, an S3 endpoint, an
+# The production-shaped stack on this machine (docs/deployment.md): PostgreSQL, an S3 endpoint, an
 # MLflow server, the code location's gRPC server, the Dagster daemon and webserver, each its own
 # process. `stack-up` starts what is not running; `stack-down` stops it all and keeps the state.
 stack-up: setup
@@ -85,7 +91,7 @@ stack-status: setup
 # The main job driven by the stack's daemon (a process per run), with the stack's settings (its
 # stack.env). The stack must be up, started with held-out windows the bootstrap days can hold,
 # e.g. `FLYWHEEL_VALIDATION_DAYS=1 FLYWHEEL_TEST_DAYS=1 FLYWHEEL_TRIALS=1 FLYWHEEL_MAX_EPOCHS=2
-# make stack-up` (README, Production).
+# make stack-up` (docs/deployment.md).
 STACK_DAYS ?= 10
 STACK_START ?= 2013-08-20
 STACK_ARGS ?= --bootstrap-days 5
@@ -96,6 +102,12 @@ stack-flywheel: setup
 
 dev: setup
 	$(VENV)/bin/dagster dev -w workspace.yaml
+
+# The Dagster UI's screenshots in docs/images/, from a short main job in a throwaway state; needs
+# Chromium (apt-get install chromium) and installs Playwright's package on first use
+# (deploy/screenshots.py).
+docs-screenshots: setup
+	$(PY) -m deploy.screenshots --out docs/images
 
 clean:
 	if test -d $(FLYWHEEL_HOME)/stack; then $(PY) -m deploy.stack down; fi

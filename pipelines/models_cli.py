@@ -10,14 +10,13 @@ The next scoring run uses the champion the alias names; monitoring compares with
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
 from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.registry import NoChampionError, champion, registered_name, rollback, versions
 from pipelines.lib.tracking import MlflowTracker, tracker_resource
-from pipelines.resources import current_env, flywheel_home
+from pipelines.settings import TASK_NAME, current_env, flywheel_home
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flywheel-models", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--task", default=os.environ.get("FLYWHEEL_TASK", "flights"))
+    parser.add_argument("--task", default=TASK_NAME.get())
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="every registered version and its decision")
     back = commands.add_parser("rollback", help="point the champion alias to an earlier version")

@@ -10,7 +10,6 @@ first run that uses it. Each service gets one attempt with a 5 s timeout.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from pipelines.lib.datasets import REMOTE_SETTING
-from pipelines.lib.errors import S3_ENDPOINT_SETTING, ConfigurationError, redact, s3_location
+from pipelines.lib.errors import ConfigurationError, redact, s3_location
 from pipelines.lib.landing_zone import BUCKET_SETTING
 from pipelines.lib.tracking import (
     STORAGE_SETTING,
@@ -27,16 +26,16 @@ from pipelines.lib.tracking import (
     tracker_resource,
     tuning_storage,
 )
-from pipelines.resources import (
+from pipelines.resources import dataset_store, label_exchange, label_store, landing_zone, warehouse
+from pipelines.settings import (
+    DAGSTER_HOME,
+    OPTUNA_STORAGE,
+    S3_ENDPOINT_URL,
+    TRACKING_URI,
+    Setting,
     current_env,
-    dataset_store,
     flywheel_home,
-    label_exchange,
-    label_store,
     labeling_backend,
-    landing_zone,
-    required_env,
-    warehouse,
 )
 
 TIMEOUT_S = 5
@@ -91,7 +90,7 @@ def dagster_storage() -> str:
     """Connect to the Postgres of $DAGSTER_HOME/dagster.yaml, as the instance will."""
     import psycopg2
 
-    path = Path(required_env("DAGSTER_HOME")) / "dagster.yaml"
+    path = Path(DAGSTER_HOME.required()) / "dagster.yaml"
     if not path.is_file():
         raise ConfigurationError(f"DAGSTER_HOME={path.parent} holds no dagster.yaml")
     storage = (yaml.safe_load(path.read_text()) or {}).get("storage") or {}
@@ -120,7 +119,7 @@ def dagster_storage() -> str:
 
 def _value(value: object) -> str | None:
     if isinstance(value, dict) and "env" in value:
-        return os.environ.get(value["env"]) or None
+        return Setting(str(value["env"])).get()
     return str(value)
 
 
@@ -134,7 +133,7 @@ def file_stores() -> str:
     """List the bucket of the landing zone and the label store (the same bucket)."""
     zone = landing_zone("prod")
     zone.check(TIMEOUT_S)
-    where = s3_location(os.environ.get(S3_ENDPOINT_SETTING))
+    where = s3_location(S3_ENDPOINT_URL.get())
     return f"{zone.uri}, {label_store('prod').uri} ({BUCKET_SETTING}) at {where}"
 
 
@@ -152,7 +151,7 @@ def warehouse_database() -> str:
 
 def tracking_server() -> str:
     """Reach the MLflow tracking server."""
-    required_env(TRACKING_SETTING)
+    TRACKING_URI.required()
     with tracker_resource("prod", flywheel_home()).process_config_and_initialize_cm() as tracker:
         tracker.check(TIMEOUT_S)
         return f"{redact(tracker.tracking_uri)} ({TRACKING_SETTING})"
@@ -160,7 +159,7 @@ def tracking_server() -> str:
 
 def study_storage() -> str:
     """Open the Optuna study database."""
-    required_env(STORAGE_SETTING)
+    OPTUNA_STORAGE.required()
     with tuning_storage("prod", flywheel_home()).process_config_and_initialize_cm() as storage:
         storage.check(TIMEOUT_S)
         return f"{redact(storage.location)} ({STORAGE_SETTING})"

@@ -8,39 +8,27 @@ location and secret comes from environment variables.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from pipelines import settings
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.label_exchange import FileLabelExchange, LabelExchange, LabelStudioExchange
 from pipelines.lib.landing_zone import LandingZone, LocalLandingZone, S3LandingZone
+from pipelines.lib.tuning_workers import (
+    KubernetesTuningWorkers,
+    LocalTuningWorkers,
+    TuningWorkers,
+)
 from pipelines.lib.warehouse import DuckDBWarehouse, PostgresWarehouse, Warehouse
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-ENVIRONMENTS = ("local", "prod")
-
-
-def current_env() -> str:
-    """The environment named by FLYWHEEL_ENV (default `local`); anything else is an error."""
-    env = os.environ.get("FLYWHEEL_ENV", "local")
-    if env not in ENVIRONMENTS:
-        raise ValueError(f"FLYWHEEL_ENV={env!r}: expected one of {', '.join(ENVIRONMENTS)}")
-    return env
-
-
-def flywheel_home() -> Path:
-    """The git-ignored state directory of the embedded defaults (FLYWHEEL_HOME)."""
-    return Path(os.environ.get("FLYWHEEL_HOME", REPO_ROOT / ".flywheel")).resolve()
-
-
-def warehouse_path() -> str:
-    """The DuckDB database dbt and the assets share (FLYWHEEL_WAREHOUSE_PATH)."""
-    # dbt_project/profiles.yml falls back to the same file: <repo>/.flywheel/warehouse.duckdb.
-    return os.environ.get("FLYWHEEL_WAREHOUSE_PATH", str(flywheel_home() / "warehouse.duckdb"))
+from pipelines.settings import (
+    REPO_ROOT,
+    current_env,
+    flywheel_home,
+    labeling_backend,
+    warehouse_path,
+)
 
 
 def warehouse(env: str | None = None) -> Warehouse:
@@ -48,15 +36,15 @@ def warehouse(env: str | None = None) -> Warehouse:
     _PORT (5432), _USER, _PASSWORD, _DATABASE: the same variables as dbt's `prod` target)."""
     if (env or current_env()) == "local":
         return DuckDBWarehouse(path=warehouse_path())
-    port = os.environ.get("FLYWHEEL_WAREHOUSE_PORT", "5432")
+    port = settings.WAREHOUSE_PORT.get() or ""
     if not port.isdigit():
         raise ConfigurationError(f"FLYWHEEL_WAREHOUSE_PORT={port!r}: expected a port number")
     return PostgresWarehouse(
-        host=required_env("FLYWHEEL_WAREHOUSE_HOST"),
+        host=settings.WAREHOUSE_HOST.required(),
         port=int(port),
-        user=required_env("FLYWHEEL_WAREHOUSE_USER"),
-        password=os.environ.get("FLYWHEEL_WAREHOUSE_PASSWORD", ""),
-        database=required_env("FLYWHEEL_WAREHOUSE_DATABASE"),
+        user=settings.WAREHOUSE_USER.required(),
+        password=settings.WAREHOUSE_PASSWORD.get() or "",
+        database=settings.WAREHOUSE_DATABASE.required(),
     )
 
 
@@ -73,22 +61,14 @@ def warehouse_resources(env: str | None = None) -> dict[str, dg.ConfigurableReso
     }
 
 
-def required_env(name: str) -> str:
-    """The value of environment variable `name`; a clear error naming it when unset."""
-    value = os.environ.get(name)
-    if not value:
-        raise ConfigurationError(f"FLYWHEEL_ENV={current_env()} needs environment variable {name}")
-    return value
-
-
 def _file_store(env: str | None, folder: str) -> LandingZone:
     """A local folder under FLYWHEEL_HOME, or a prefix of the S3 landing bucket in prod."""
     if (env or current_env()) == "local":
         return LocalLandingZone(root=str(flywheel_home() / folder))
     return S3LandingZone(
-        s3=S3Resource(endpoint_url=os.environ.get("FLYWHEEL_S3_ENDPOINT_URL")),
-        bucket=required_env("FLYWHEEL_LANDING_BUCKET"),
-        prefix=os.environ.get(f"FLYWHEEL_{folder.upper()}_PREFIX", folder),
+        s3=S3Resource(endpoint_url=settings.S3_ENDPOINT_URL.get()),
+        bucket=settings.LANDING_BUCKET.required(),
+        prefix=settings.PREFIXES[folder].get() or folder,
     )
 
 
@@ -102,19 +82,6 @@ def label_store(env: str | None = None) -> LandingZone:
     return _file_store(env, "labeling")
 
 
-LABELING_BACKENDS = ("files", "label-studio")
-
-
-def labeling_backend() -> str:
-    """The labeling backend named by FLYWHEEL_LABELING (default `files`)."""
-    backend = os.environ.get("FLYWHEEL_LABELING", "files")
-    if backend not in LABELING_BACKENDS:
-        raise ConfigurationError(
-            f"FLYWHEEL_LABELING={backend!r}: expected one of {', '.join(LABELING_BACKENDS)}"
-        )
-    return backend
-
-
 def label_exchange(env: str | None = None, task: str = "flights") -> LabelExchange:
     """Where labeling tasks go and annotations come from (FLYWHEEL_LABELING): the label store's
     outbox and inbox files (`files`, the default), or a Label Studio server (`label-studio`:
@@ -123,34 +90,59 @@ def label_exchange(env: str | None = None, task: str = "flights") -> LabelExchan
     store = label_store(env)
     if labeling_backend() == "files":
         return FileLabelExchange(store=store)
-    needed = ("FLYWHEEL_LABEL_STUDIO_URL", "FLYWHEEL_LABEL_STUDIO_TOKEN")
-    if missing := [name for name in needed if not os.environ.get(name)]:
+    needed = (settings.LABEL_STUDIO_URL, settings.LABEL_STUDIO_TOKEN)
+    if missing := [setting.name for setting in needed if not setting.get()]:
         raise ConfigurationError(
             f"FLYWHEEL_LABELING=label-studio needs environment variable {' and '.join(missing)} "
             "(`flywheel-sim label-studio start` prints both for a local server)"
         )
     return LabelStudioExchange(
-        url=os.environ["FLYWHEEL_LABEL_STUDIO_URL"],
-        token=os.environ["FLYWHEEL_LABEL_STUDIO_TOKEN"],
-        project_title=os.environ.get("FLYWHEEL_LABEL_STUDIO_PROJECT", f"flywheel-{task}"),
+        url=settings.LABEL_STUDIO_URL.required(),
+        token=settings.LABEL_STUDIO_TOKEN.required(),
+        project_title=settings.LABEL_STUDIO_PROJECT.get() or f"flywheel-{task}",
         store=store,
     )
 
 
 def dataset_store(env: str | None = None) -> DvcDatasetStore:
     """The DVC repository of datasets (`data/`) and its remote: a local folder or S3 in prod."""
-    repo = os.environ.get("FLYWHEEL_DVC_REPO", str(REPO_ROOT / "data"))
+    repo = settings.DVC_REPO.get() or str(REPO_ROOT / "data")
     # Where versions fetched by hash are kept (default: inside the repository's .dvc folder).
-    cache = os.environ.get("FLYWHEEL_DATASET_CACHE") or None
+    cache = settings.DATASET_CACHE.get()
     if (env or current_env()) == "local":
         return DvcDatasetStore(
             repo_dir=repo, remote_url=str(flywheel_home() / "dvc-remote"), cache_dir=cache
         )
     return DvcDatasetStore(
         repo_dir=repo,
-        remote_url=required_env("FLYWHEEL_DVC_REMOTE"),
-        endpoint_url=os.environ.get("FLYWHEEL_S3_ENDPOINT_URL"),
+        remote_url=settings.DVC_REMOTE.required(),
+        endpoint_url=settings.S3_ENDPOINT_URL.get(),
         cache_dir=cache,
+    )
+
+
+def tuning_workers(env: str) -> TuningWorkers:
+    """Processes on the embedded defaults, and in prod unless
+    `FLYWHEEL_TUNING_WORKERS_ON=kubernetes` (set in the Helm deployment's ConfigMap): then pods
+    in `FLYWHEEL_K8S_NAMESPACE`, from `FLYWHEEL_TUNING_IMAGE` or the run's image, with
+    `FLYWHEEL_TUNING_WORKER_CPU`, `_MEMORY` and `_GPUS` each."""
+    where = settings.TUNING_WORKERS_ON.get()
+    if env == "local" or where == "processes":
+        return LocalTuningWorkers()
+    if where != "kubernetes":
+        raise ConfigurationError(
+            f"FLYWHEEL_TUNING_WORKERS_ON={where!r}: expected 'processes' or 'kubernetes'"
+        )
+    gpus = settings.TUNING_WORKER_GPUS.get() or ""
+    if not gpus.isdigit():
+        raise ConfigurationError(f"FLYWHEEL_TUNING_WORKER_GPUS={gpus!r}: expected a count")
+    return KubernetesTuningWorkers(
+        namespace=settings.K8S_NAMESPACE.get(),
+        image=settings.TUNING_IMAGE.get(),
+        service_account=settings.TUNING_SERVICE_ACCOUNT.get(),
+        cpu=settings.TUNING_WORKER_CPU.get(),
+        memory=settings.TUNING_WORKER_MEMORY.get(),
+        gpus=int(gpus),
     )
 
 
@@ -159,7 +151,6 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
     # dbt and MLflow are imported here, not at module level: the simulator imports this module
     # for the landing zone and should not pay for parsing the dbt project or importing MLflow.
     from pipelines.lib.tracking import tracker_resource, tuning_storage
-    from pipelines.lib.tuning_workers import tuning_workers
 
     env = env or current_env()
     return {

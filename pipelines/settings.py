@@ -6,7 +6,7 @@ shell that starts it), so every run the daemon launches uses the same.
   retraining job's budget and held-out windows (its run config; a run may override them),
   default 1 trial of 12 epochs, 7 and 7 days. The one trial is the `ml` defaults, early-stopped
   on the validation week; more trials add configurations drawn by the sampler and picked on that
-  week, which on the 2013 main job did not pay for their time (README, Benchmarks).
+  week, which on the 2013 main job did not pay for their time (docs/benchmarks.md).
 - `FLYWHEEL_MEMBERS`: networks in each challenger, trained side by side from their own
   initialisations and averaged (a deep ensemble; the trials train one each), default 3.
 - `FLYWHEEL_TUNING_WORKERS`: worker processes tuning each challenger's study together (default
@@ -16,12 +16,117 @@ shell that starts it), so every run the daemon launches uses the same.
   (default: each sensor's own, 30 or 60 s).
 - `FLYWHEEL_TASK`: the task the code location serves, a name under `pipelines/tasks/` or a
   YAML file's path (default `flights`).
+
+This module is the only one that reads the environment: the rest of the project asks it for a
+setting by name (`Setting`), so each setting's default is defined once, here. Every setting,
+its default and its meaning: docs/configuration.md (tests/test_docs.py checks it against this).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.lib.errors import ConfigurationError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENVIRONMENTS = ("local", "prod")
+LABELING_BACKENDS = ("files", "label-studio")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """An environment variable and its default (None: unset means none, or required)."""
+
+    name: str
+    default: str | None = None
+
+    def get(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The variable's value, or the default when it is unset or empty."""
+        return (os.environ if environ is None else environ).get(self.name) or self.default
+
+    def required(self) -> str:
+        """The variable's value; an error naming it when there is none."""
+        if not (value := self.get()):
+            raise ConfigurationError(
+                f"FLYWHEEL_ENV={current_env()} needs environment variable {self.name}"
+            )
+        return value
+
+
+ENV = Setting("FLYWHEEL_ENV", "local")
+HOME = Setting("FLYWHEEL_HOME")
+TASK_NAME = Setting("FLYWHEEL_TASK", "flights")
+WAREHOUSE_PATH = Setting("FLYWHEEL_WAREHOUSE_PATH")
+WAREHOUSE_HOST = Setting("FLYWHEEL_WAREHOUSE_HOST")
+WAREHOUSE_PORT = Setting("FLYWHEEL_WAREHOUSE_PORT", "5432")
+WAREHOUSE_USER = Setting("FLYWHEEL_WAREHOUSE_USER")
+WAREHOUSE_PASSWORD = Setting("FLYWHEEL_WAREHOUSE_PASSWORD", "")
+WAREHOUSE_DATABASE = Setting("FLYWHEEL_WAREHOUSE_DATABASE")
+LANDING_BUCKET = Setting("FLYWHEEL_LANDING_BUCKET")
+# Each file store's prefix inside the landing bucket, by the store's folder.
+PREFIXES = {
+    "landing": Setting("FLYWHEEL_LANDING_PREFIX", "landing"),
+    "labeling": Setting("FLYWHEEL_LABELING_PREFIX", "labeling"),
+}
+S3_ENDPOINT_URL = Setting("FLYWHEEL_S3_ENDPOINT_URL")
+DVC_REPO = Setting("FLYWHEEL_DVC_REPO", str(REPO_ROOT / "data"))
+DVC_REMOTE = Setting("FLYWHEEL_DVC_REMOTE")
+DATASET_CACHE = Setting("FLYWHEEL_DATASET_CACHE")
+LABELING = Setting("FLYWHEEL_LABELING", "files")
+LABEL_STUDIO_URL = Setting("FLYWHEEL_LABEL_STUDIO_URL")
+LABEL_STUDIO_TOKEN = Setting("FLYWHEEL_LABEL_STUDIO_TOKEN")
+LABEL_STUDIO_PROJECT = Setting("FLYWHEEL_LABEL_STUDIO_PROJECT")
+DAGSTER_URL = Setting("FLYWHEEL_DAGSTER_URL")
+DAGSTER_HOME = Setting("DAGSTER_HOME")
+TRACKING_URI = Setting("MLFLOW_TRACKING_URI")
+OPTUNA_STORAGE = Setting("FLYWHEEL_OPTUNA_STORAGE")
+DBT_KEEP_TARGETS = Setting("FLYWHEEL_DBT_KEEP_TARGETS")
+TUNING_WORKERS_ON = Setting("FLYWHEEL_TUNING_WORKERS_ON", "processes")
+K8S_NAMESPACE = Setting("FLYWHEEL_K8S_NAMESPACE", "default")
+TUNING_IMAGE = Setting("FLYWHEEL_TUNING_IMAGE")
+TUNING_SERVICE_ACCOUNT = Setting("FLYWHEEL_TUNING_SERVICE_ACCOUNT")
+TUNING_WORKER_CPU = Setting("FLYWHEEL_TUNING_WORKER_CPU", "2")
+TUNING_WORKER_MEMORY = Setting("FLYWHEEL_TUNING_WORKER_MEMORY", "8Gi")
+TUNING_WORKER_GPUS = Setting("FLYWHEEL_TUNING_WORKER_GPUS", "0")
+
+
+def current_env() -> str:
+    """The environment named by FLYWHEEL_ENV (default `local`); anything else is an error."""
+    env = ENV.get() or "local"
+    if env not in ENVIRONMENTS:
+        raise ValueError(f"FLYWHEEL_ENV={env!r}: expected one of {', '.join(ENVIRONMENTS)}")
+    return env
+
+
+def flywheel_home() -> Path:
+    """The git-ignored state directory of the embedded defaults (FLYWHEEL_HOME)."""
+    return Path(HOME.get() or REPO_ROOT / ".flywheel").resolve()
+
+
+def warehouse_path() -> str:
+    """The DuckDB database dbt and the assets share (FLYWHEEL_WAREHOUSE_PATH)."""
+    # dbt_project/profiles.yml falls back to the same file: <repo>/.flywheel/warehouse.duckdb.
+    return WAREHOUSE_PATH.get() or str(flywheel_home() / "warehouse.duckdb")
+
+
+def labeling_backend() -> str:
+    """The labeling backend named by FLYWHEEL_LABELING (default `files`)."""
+    backend = LABELING.get() or "files"
+    if backend not in LABELING_BACKENDS:
+        raise ConfigurationError(
+            f"FLYWHEEL_LABELING={backend!r}: expected one of {', '.join(LABELING_BACKENDS)}"
+        )
+    return backend
+
+
+def environment_of(names: Iterable[str]) -> dict[str, str]:
+    """The variables of `names` that are set (and not empty), as the environment has them: what
+    a process passes on to the services it starts, or what a cached state depends on."""
+    return {name: os.environ[name] for name in names if os.environ.get(name)}
+
 
 # Each setting of the retraining job: (op, config field, default).
 RETRAINING_SETTINGS = {

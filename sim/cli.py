@@ -14,8 +14,13 @@ from typing import Any
 from tqdm import tqdm
 
 from pipelines.contracts import load_task
-from pipelines.resources import ENVIRONMENTS, flywheel_home, label_exchange, landing_zone
-from pipelines.settings import retraining_settings
+from pipelines.resources import label_exchange, landing_zone
+from pipelines.settings import (
+    ENVIRONMENTS,
+    LABEL_STUDIO_URL,
+    flywheel_home,
+    retraining_settings,
+)
 from sim.annotator_service import AnnotatorServiceError, serve
 from sim.clock import read_clock, write_clock
 from sim.console import log_path, output_to_log, say
@@ -126,7 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="do not train the report's same-budget reference and all-labels ceiling",
     )
-    run.add_argument("--brief", action="store_true", help="print the report's path, not the report")
+    run.add_argument(
+        "--brief",
+        action="store_true",
+        help="print the report's path only, not its headline figures",
+    )
     run.add_argument(
         "--pool-wait",
         type=_positive_int,
@@ -338,7 +347,7 @@ def use_label_studio(daemon: bool) -> None:
     """Point the pipeline at Label Studio: FLYWHEEL_LABEL_STUDIO_URL's, else the local one,
     started if it is not running."""
     os.environ["FLYWHEEL_LABELING"] = "label-studio"
-    if os.environ.get("FLYWHEEL_LABEL_STUDIO_URL"):
+    if LABEL_STUDIO_URL.get():
         return
     if daemon:
         raise UsageError(

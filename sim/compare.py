@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipelines.resources import REPO_ROOT
+from pipelines.settings import REPO_ROOT
 from sim.console import say
 from sim.driver import POLICIES
 from sim.main_job import STATE_PATHS, RunOptions, UsageError, own_state

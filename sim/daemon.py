@@ -17,7 +17,6 @@ pipeline needs for it, and each day sees the same state as in process (`sim.driv
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from datetime import date
@@ -30,6 +29,7 @@ import dagster as dg
 from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.scheduler.instigation import InstigatorStatus, TickStatus
 
+from pipelines.settings import DAGSTER_URL
 from sim.driver import (
     DAILY_SENSORS,
     MONITORING_SENSORS,
@@ -41,7 +41,7 @@ from sim.driver import (
 from sim.executor import RunFailedError, RunSummary, TickReport, failure_message
 
 LOCATION, REPOSITORY = "flywheel", "__repository__"
-WEBSERVER_URL = "FLYWHEEL_DAGSTER_URL"
+WEBSERVER_URL = DAGSTER_URL.name
 IN_FLIGHT = {
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -309,7 +309,7 @@ class DaemonDriver(Driver):
 
 def webserver_from_env() -> Webserver:
     """The webserver named by FLYWHEEL_DAGSTER_URL (the stack writes it to its stack.env)."""
-    url = os.environ.get(WEBSERVER_URL)
+    url = DAGSTER_URL.get()
     if not url:
         raise DaemonDriveError(
             f"--daemon needs {WEBSERVER_URL}, the Dagster webserver's URL: start the stack "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -11,7 +10,8 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from pipelines.contracts import load_task
-from pipelines.resources import REPO_ROOT, flywheel_home, landing_zone
+from pipelines.resources import landing_zone
+from pipelines.settings import DAGSTER_URL, REPO_ROOT, flywheel_home
 from sim.clock import read_clock, read_progress, write_clock, write_progress
 from sim.console import say
 from sim.drift import PlantedDrift
@@ -145,7 +145,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     from pipelines.definitions import defs
     from pipelines.lib.registry import champion, registered_name, versions
     from sim.annotator_service import AnnotatorProcess
-    from sim.daemon import WEBSERVER_URL, DaemonDriver, webserver_from_env
+    from sim.daemon import DaemonDriver, webserver_from_env
     from sim.driver import POLICIES, RETRAINING_JOB, Driver, FlywheelDriver
     from sim.labeling import annotators_for
     from sim.report import BaselinesInBackground, resource, write_report
@@ -279,11 +279,12 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             baselines=options.baselines,
             fitted=fitted,
         )
-    if not options.brief:
-        say(report.markdown.read_text())
-    say(f"report: {report.markdown} and {report.plot}")
+    if options.brief:
+        say(f"report: {report.markdown} and {report.plot}")
+    else:
+        say("\n".join(report.summary()))
     if options.daemon:
-        say(f"see the runs and assets in the stack's Dagster UI: {os.environ[WEBSERVER_URL]}")
+        say(f"see the runs and assets in the stack's Dagster UI: {DAGSTER_URL.get()}")
     elif not options.brief:
         say("see the runs and assets: make dev (Dagster UI at http://127.0.0.1:3000)")
     return 0

@@ -17,6 +17,40 @@ if TYPE_CHECKING:
 
 REGION = "us-east-1"
 
+# Test files that start services or processes, play the loop over days, or materialize whole
+# days through Dagster: the `integration` marker, which `make test-fast` leaves out.
+INTEGRATION = {
+    "tests/dbt/test_dbt_project.py",
+    "tests/deploy/test_parity.py",
+    "tests/deploy/test_stack.py",
+    "tests/ml/test_gpu_benches.py",
+    "tests/ml/test_parallel_tuning.py",
+    "tests/ml/test_tuning.py",
+    "tests/pipelines/test_configuration_errors.py",
+    "tests/pipelines/test_end_to_end.py",
+    "tests/pipelines/test_feed_checks.py",
+    "tests/pipelines/test_ingestion.py",
+    "tests/pipelines/test_label_studio.py",
+    "tests/pipelines/test_labeling_flow.py",
+    "tests/pipelines/test_postgres_warehouse.py",
+    "tests/pipelines/test_tracking_store.py",
+    "tests/pipelines/test_training_asset.py",
+    "tests/pipelines/test_training_dataset.py",
+    "tests/pipelines/test_tuning_pods.py",
+    "tests/pipelines/test_warehouse.py",
+    "tests/sim/test_annotator_service.py",
+    "tests/sim/test_compare.py",
+    "tests/sim/test_reference.py",
+    "tests/test_dependencies.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of the files in INTEGRATION `integration`."""
+    for item in items:
+        if item.path.relative_to(config.rootpath).as_posix() in INTEGRATION:
+            item.add_marker(pytest.mark.integration)
+
 
 class S3Env(NamedTuple):
     """Where the test S3 server listens and the fresh bucket a test may use."""

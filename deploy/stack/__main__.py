@@ -11,7 +11,7 @@ from deploy.stack.stack import Stack
 
 def main(argv: list[str] | None = None) -> int:
     """Start, stop or show the stack under $FLYWHEEL_HOME/stack."""
-    from pipelines.resources import flywheel_home
+    from pipelines.settings import flywheel_home
 
     parser = argparse.ArgumentParser(prog="python -m deploy.stack", description=__doc__)
     parser.add_argument("verb", choices=("up", "down", "status"))

@@ -30,7 +30,7 @@ from deploy.stack.processes import (
     http_ok,
     write_atomically,
 )
-from pipelines.settings import SENSOR_INTERVAL, SETTINGS
+from pipelines.settings import SENSOR_INTERVAL, SETTINGS, environment_of
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "flywheel"
@@ -137,7 +137,7 @@ class Stack:
             # daemon's sensor loop (every 5 s), not every 30-60 s, so a simulated day is not spent
             # waiting for them: an interval of 5 s would skip every other pass, by jitter.
             SENSOR_INTERVAL: "1",
-            **{name: os.environ[name] for name in SETTINGS if os.environ.get(name)},
+            **environment_of(SETTINGS),
         }
 
     def postgres_url(self) -> str:
@@ -197,7 +197,7 @@ class Stack:
                     # The backend store's URL holds the password: environment, not command line.
                     "MLFLOW_BACKEND_STORE_URI": f"{self.postgres_url()}/mlflow",
                     # No job runner: its consumers serve MLflow's GenAI jobs, which flywheel does
-                    # not use, and cost about 45 s of CPU in a 7-minute stack run.
+                    # not use, and are processes that take CPU on an otherwise idle stack.
                     "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
                 },
             ),

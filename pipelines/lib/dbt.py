@@ -29,6 +29,7 @@ from dagster_dbt import (
 from packaging.version import Version
 
 from pipelines.lib.runs import record_child_process
+from pipelines.settings import DBT_KEEP_TARGETS, Setting, environment_of, warehouse_path
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt_project"
 
@@ -64,8 +65,9 @@ class FlywheelDbtCliResource(DbtCliResource):
 
     When `dbt_executable` is this environment's dbt, commands run in this process (dbt's
     programmatic `dbtRunner`) on a manifest parsed once per process: a command then costs its
-    SQL, not a Python start, dbt's imports and a parse (7 of a daily build's 10 s). Its events
-    reach Dagster exactly as the CLI's JSON log lines do. Another dbt runs as a subprocess.
+    SQL, not a Python start, dbt's imports and a parse (most of a daily build's time when dbt
+    ran as a command). Its events reach Dagster exactly as the CLI's JSON log lines do. Another
+    dbt runs as a subprocess.
     """
 
     def cli(self, args: Sequence[str], **kwargs: Any) -> DbtCliInvocation:
@@ -108,7 +110,7 @@ class InProcessDbt:
         # The environment is the command's (the date window, the target folder). dbt's console
         # and file logs are off: every event comes back through the callback, and dbt.log is
         # written from them where it outlives the command (`_write_debug_log`). dbt wrote it line
-        # by line into a folder then removed: a tenth of a second of a daily build.
+        # by line, under a lock its threads share, into a folder then removed.
         quiet = {"DBT_LOG_LEVEL": "none", "DBT_LOG_LEVEL_FILE": "none"}
         with _environ_lock, _environ({**env, **quiet}), _cwd(cwd):
             try:
@@ -126,7 +128,7 @@ class InProcessDbt:
             lines.append(_json(error | {"data": {}}))
         self.returncode = 0 if result.success else 2 if result.exception is not None else 1
         self.stdout = io.BytesIO(b"\n".join(lines))
-        if self.returncode != 0 or os.getenv(KEEP_TARGETS_ENV):
+        if self.returncode != 0 or DBT_KEEP_TARGETS.get():
             log_folder = Path(cwd or ".", env.get("DBT_LOG_PATH") or "logs")
             _write_debug_log(log_folder / "dbt.log", events, env)
 
@@ -197,10 +199,7 @@ def parse_profile() -> tuple[tuple[str, str], ...]:
     check compares the whole profile, so its saved state still serves only the folder it was
     saved for.
     """
-    # Imported here: pipelines.resources builds its dbt resource from this module.
-    from pipelines.resources import warehouse_path
-
-    values = {k: v for k, v in os.environ.items() if k in PROFILE_SETTINGS}
+    values = environment_of(PROFILE_SETTINGS)
     values.pop("FLYWHEEL_HOME", None)
     values["FLYWHEEL_WAREHOUSE_PATH"] = Path(warehouse_path()).stem
     return tuple(sorted(values.items()))
@@ -213,7 +212,7 @@ def _manifest(args: Sequence[str]) -> Any:
     for flag, value in itertools.pairwise(args):
         if flag in _PARSE_OPTIONS:
             options += [flag, value]
-    project = Path(os.environ.get("DBT_PROJECT_DIR", "."))
+    project = Path(Setting("DBT_PROJECT_DIR", ".").get() or ".")
     parsed = project / "target" / "manifest.json"
     key = (
         str(project.resolve()),
@@ -310,20 +309,20 @@ def date_window_env(start: date, end: date) -> Iterator[None]:
 
 
 # Set to keep every successful invocation's target folder (manifest, compiled SQL, debug log).
-KEEP_TARGETS_ENV = "FLYWHEEL_DBT_KEEP_TARGETS"
+KEEP_TARGETS_ENV = DBT_KEEP_TARGETS.name
 
 
 def build_command() -> list[str]:
     """`dbt build` as the assets run it: unit tests left out (they check the models' logic, not
     the data: CI runs them once, tests/dbt), and, unless the target folder is kept, without
     writing manifest.json and run_results.json into a folder removed once the build succeeded
-    (a third of a second of a daily build; Dagster reads dbt's events, not those files). A failed
-    build keeps its folder and dbt.log either way."""
+    (the whole manifest, written at every build for nothing: Dagster reads dbt's events, not
+    those files). A failed build keeps its folder and dbt.log either way."""
     return [
         "build",
         "--exclude-resource-type",
         "unit_test",
-        *([] if os.getenv(KEEP_TARGETS_ENV) else ["--no-write-json"]),
+        *([] if DBT_KEEP_TARGETS.get() else ["--no-write-json"]),
     ]
 
 
@@ -343,7 +342,7 @@ def stream_and_keep_parse_state(invocation: DbtCliInvocation) -> Iterator[Any]:
         )
     yield from invocation.stream()
     keep_parse_state(invocation)
-    if not os.getenv(KEEP_TARGETS_ENV):
+    if not DBT_KEEP_TARGETS.get():
         shutil.rmtree(invocation.target_path)
 
 
@@ -353,7 +352,8 @@ def keep_parse_state(invocation: DbtCliInvocation) -> None:
     # partial_parse.msgpack; dbt rejects a state parsed with other vars or another --target (as
     # `dbt parse` without --target leaves), so without this every invocation parses everything.
     state = invocation.target_path / PARTIAL_PARSE_FILE
-    seed = invocation.project_dir / os.getenv("DBT_TARGET_PATH", "target") / PARTIAL_PARSE_FILE
+    target = Setting("DBT_TARGET_PATH", "target").get() or "target"
+    seed = invocation.project_dir / target / PARTIAL_PARSE_FILE
     if not state.exists():
         return
     partial = seed.with_name(f".{PARTIAL_PARSE_FILE}.{uuid.uuid4().hex[:8]}")
@@ -363,7 +363,7 @@ def keep_parse_state(invocation: DbtCliInvocation) -> None:
 
 # Under `dagster dev` the manifest is re-parsed on every load, so model edits show at once;
 # elsewhere `make setup` parses it. (DbtProject.prepare_if_dev would look for dbt on PATH.)
-if os.getenv("DAGSTER_IS_DEV_CLI"):
+if Setting("DAGSTER_IS_DEV_CLI").get():
     FlywheelDbtCliResource(project_dir=dbt_project, dbt_executable=dbt_executable()).cli(
         ["parse", "--quiet"], target_path=dbt_project.target_path
     ).wait()

@@ -22,6 +22,7 @@ from dagster_aws.s3 import S3Resource
 from pydantic import PrivateAttr
 
 from pipelines.lib.errors import probe_bucket, s3_errors
+from pipelines.settings import environment_of
 
 # Where the prod bucket comes from (resources.py), named in configuration errors.
 BUCKET_SETTING = "FLYWHEEL_LANDING_BUCKET"
@@ -255,8 +256,8 @@ class S3LandingZone(LandingZone):
 
 
 # A process's S3 clients, one per bucket and settings. Dagster builds a sensor's resources anew
-# at every tick, and a new client loads botocore's service model again (about 0.1 s of CPU) after
-# probing the bucket (a request): in an idle code server of the stack, 45% of its CPU went there.
+# at every tick, and a new client loads botocore's service model again after probing the bucket
+# (a request): in an idle code server of the stack, that was the largest share of its CPU.
 # boto3 clients are thread-safe and refresh expiring credentials themselves.
 _CLIENTS: dict[str, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
@@ -265,7 +266,7 @@ _CLIENTS_LOCK = threading.Lock()
 def _shared_client(zone: S3LandingZone) -> Any:
     """The client of `zone`'s bucket and S3 settings, built (and the bucket probed) once."""
     settings = zone.s3.model_dump(mode="json")
-    environment = {name: os.environ.get(name) for name in CLIENT_ENVIRONMENT}
+    environment = environment_of(CLIENT_ENVIRONMENT)
     key = json.dumps([zone.bucket, settings, environment], sort_keys=True)
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:

@@ -5,18 +5,17 @@ Both run the same worker (`ml.tuning.run_worker`) on the same study in the RDB s
 whose heartbeats fail and retry the trial of a worker that was killed. A pod has nothing but the
 image, its settings (the `flywheel-env` ConfigMap and `flywheel-secrets` Secret) and the spec
 in `FLYWHEEL_TUNING_SPEC`: it fetches the dataset version named by its DVC hash from the remote
-and builds the same datamodule the step built (`python -m pipelines.lib.tuning_workers`).
+and builds the same datamodule the step built (`python -m pipelines.tuning_pod`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import PrivateAttr
@@ -152,7 +151,7 @@ def worker_job(
     container = k8s.V1Container(
         name="worker",
         image=image,
-        command=["python", "-m", "pipelines.lib.tuning_workers"],
+        command=["python", "-m", "pipelines.tuning_pod"],
         env=[
             k8s.V1EnvVar(name=SPEC_VARIABLE, value=spec),
             k8s.V1EnvVar(name="FLYWHEEL_DATASET_CACHE", value=f"{SCRATCH}/datasets"),
@@ -297,48 +296,3 @@ def _termination(pod: k8s.V1Pod) -> k8s.V1ContainerStateTerminated | None:
         if container.state is not None and container.state.terminated is not None:
             return container.state.terminated
     return None
-
-
-def tuning_workers(env: str) -> TuningWorkers:
-    """Processes on the embedded defaults, and in prod unless
-    `FLYWHEEL_TUNING_WORKERS_ON=kubernetes` (set in the Helm deployment's ConfigMap): then pods
-    in `FLYWHEEL_K8S_NAMESPACE`, from `FLYWHEEL_TUNING_IMAGE` or the run's image, with
-    `FLYWHEEL_TUNING_WORKER_CPU`, `_MEMORY` and `_GPUS` each."""
-    where = os.environ.get("FLYWHEEL_TUNING_WORKERS_ON", "processes")
-    if env == "local" or where == "processes":
-        return LocalTuningWorkers()
-    if where != "kubernetes":
-        raise ConfigurationError(
-            f"FLYWHEEL_TUNING_WORKERS_ON={where!r}: expected 'processes' or 'kubernetes'"
-        )
-    gpus = os.environ.get("FLYWHEEL_TUNING_WORKER_GPUS", "0")
-    if not gpus.isdigit():
-        raise ConfigurationError(f"FLYWHEEL_TUNING_WORKER_GPUS={gpus!r}: expected a count")
-    return KubernetesTuningWorkers(
-        namespace=os.environ.get("FLYWHEEL_K8S_NAMESPACE", "default"),
-        image=os.environ.get("FLYWHEEL_TUNING_IMAGE") or None,
-        service_account=os.environ.get("FLYWHEEL_TUNING_SERVICE_ACCOUNT") or None,
-        cpu=os.environ.get("FLYWHEEL_TUNING_WORKER_CPU", "2"),
-        memory=os.environ.get("FLYWHEEL_TUNING_WORKER_MEMORY", "8Gi"),
-        gpus=int(gpus),
-    )
-
-
-def pod_main(environ: dict[str, str] | None = None) -> None:
-    """A worker pod: fetch the dataset by its hash, build the datamodule, run queued trials."""
-    from ml.tuning import run_worker
-    from pipelines.contracts import load_task
-    from pipelines.model_spec import load_model_spec
-    from pipelines.resources import dataset_store
-
-    environ = os.environ if environ is None else environ
-    payload: dict[str, Any] = json.loads(environ[SPEC_VARIABLE])
-    dataset = DatasetRef(**payload["dataset"])
-    folder = dataset_store().fetch(dataset.dvc_hash)
-    features = load_model_spec(load_task(dataset.task)).features
-    datamodule = datamodule_for(folder, features, dataset.seed, dataset.min_steps_per_epoch)
-    run_worker(payload["study"], datamodule, int(environ[INDEX_VARIABLE]))
-
-
-if __name__ == "__main__":
-    pod_main()

@@ -180,7 +180,7 @@ def test_the_job_runs_one_indexed_pod_per_worker_with_the_deployments_settings()
     assert pod["restartPolicy"] == "Never" and pod["serviceAccountName"] == "trainer"
     (container,) = pod["containers"]
     assert container["image"] == IMAGE
-    assert container["command"] == ["python", "-m", "pipelines.lib.tuning_workers"]
+    assert container["command"] == ["python", "-m", "pipelines.tuning_pod"]
     assert container["envFrom"] == [
         {"configMapRef": {"name": "flywheel-env"}},
         {"secretRef": {"name": "flywheel-secrets"}},

@@ -1,0 +1,121 @@
+"""The code's shape: its modules import one another without a circle (imports inside functions
+count), and one module, pipelines/settings.py, reads the environment."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("pipelines", "ml", "sim", "deploy", "bench")
+SETTINGS = "pipelines.settings"
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the project's packages by its dotted name."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    """The project's modules that `path` imports, at module level or inside a function."""
+    named = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            named |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            named |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    result = set()
+    for name in named:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name:
+            result.add(name)
+    return result
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle through each strongly connected group of `graph` (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while (member := stack.pop()) != node:
+                group.append(member)
+            group.append(node)
+            if len(group) > 1 or node in graph.get(node, ()):
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    found = modules()
+    graph = {name: imports(path, set(found)) - {name} for name, path in found.items()}
+    assert cycles(graph) == []
+
+
+def test_a_circle_is_found_even_through_an_import_inside_a_function() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def environment_reads(path: Path) -> list[int]:
+    """The lines where `path` reads an environment variable: os.getenv, os.environ.get,
+    os.environ[...] or `in os.environ` (passing the whole environment on is no read)."""
+
+    def is_environ(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        getenv = call and node.func.attr == "getenv"
+        if getenv or (call and node.func.attr == "get" and is_environ(node.func.value)):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and is_environ(node.value):
+            if isinstance(node.ctx, ast.Load):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Compare) and any(is_environ(c) for c in node.comparators):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_only_the_settings_module_reads_the_environment() -> None:
+    found = modules()
+    reads = [
+        f"{path.relative_to(REPO)}:{line}"
+        for name, path in found.items()
+        if name != SETTINGS
+        for line in environment_reads(path)
+    ]
+    assert reads == []
+    assert environment_reads(found[SETTINGS])  # it does read it: the check sees reads
+
+
+def test_an_environment_read_is_found(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os\nos.getenv('A')\nos.environ.get('B')\nos.environ['C']\n'D' in os.environ\n"
+        "os.environ['E'] = '1'\nenv = dict(os.environ)\n"
+    )
+    assert environment_reads(probe) == [2, 3, 4, 5]
