@@ -37,7 +37,6 @@ from ml.config import ModelConfig, SearchSpace, TrainConfig
 from ml.data import TabularDataModule
 from ml.synthetic import make_flights
 from ml.training import share_cores, train
-from pipelines.settings import Setting
 
 
 def trial_configs(n: int) -> list[tuple[ModelConfig, float]]:
@@ -159,7 +158,7 @@ def run_k(k: int, args: argparse.Namespace, sampler: BusySampler) -> dict[str, f
 
 def _mps() -> str:
     """Whether NVIDIA's MPS control daemon is running (its pipe directory's control file)."""
-    pipes = Setting("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps").get() or "/tmp/nvidia-mps"
+    pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
     return "on" if os.path.exists(os.path.join(pipes, "control")) else "off"
 
 

@@ -9,6 +9,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipelines", "ml", "sim", "deploy", "bench")
 SETTINGS = "pipelines.settings"
+# Modules that may read the environment themselves: the GPU benchmarks run where only the ML
+# stack is installed (no pipelines package), and read CUDA's own variables, not the flywheel's.
+OWN_READERS = {SETTINGS, "bench.trials_per_gpu_hour"}
 
 
 def modules() -> dict[str, Path]:
@@ -105,7 +108,7 @@ def test_only_the_settings_module_reads_the_environment() -> None:
     reads = [
         f"{path.relative_to(REPO)}:{line}"
         for name, path in found.items()
-        if name != SETTINGS
+        if name not in OWN_READERS
         for line in environment_reads(path)
     ]
     assert reads == []
