@@ -33,7 +33,7 @@ def build_definitions(
 ) -> dg.Definitions:
     """Build the definitions of `task_name` (FLYWHEEL_TASK, default flights) for `env`, with
     `resources` in place of the environment's own where given."""
-    task = load_task(task_name or TASK_NAME.get() or "flights")
+    task = load_task(task_name or TASK_NAME.value())
     interval_s = sensor_interval_s()
     ingestion = {a.key.path[-1]: a for a in build_ingestion_assets(task)}
     daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]

@@ -23,7 +23,6 @@ from pipelines.lib.tuning_workers import (
 )
 from pipelines.lib.warehouse import DuckDBWarehouse, PostgresWarehouse, Warehouse
 from pipelines.settings import (
-    REPO_ROOT,
     current_env,
     flywheel_home,
     labeling_backend,
@@ -36,14 +35,14 @@ def warehouse(env: str | None = None) -> Warehouse:
     _PORT (5432), _USER, _PASSWORD, _DATABASE: the same variables as dbt's `prod` target)."""
     if (env or current_env()) == "local":
         return DuckDBWarehouse(path=warehouse_path())
-    port = settings.WAREHOUSE_PORT.get() or ""
+    port = settings.WAREHOUSE_PORT.value()
     if not port.isdigit():
         raise ConfigurationError(f"FLYWHEEL_WAREHOUSE_PORT={port!r}: expected a port number")
     return PostgresWarehouse(
         host=settings.WAREHOUSE_HOST.required(),
         port=int(port),
         user=settings.WAREHOUSE_USER.required(),
-        password=settings.WAREHOUSE_PASSWORD.get() or "",
+        password=settings.WAREHOUSE_PASSWORD.value(),
         database=settings.WAREHOUSE_DATABASE.required(),
     )
 
@@ -68,7 +67,7 @@ def _file_store(env: str | None, folder: str) -> LandingZone:
     return S3LandingZone(
         s3=S3Resource(endpoint_url=settings.S3_ENDPOINT_URL.get()),
         bucket=settings.LANDING_BUCKET.required(),
-        prefix=settings.PREFIXES[folder].get() or folder,
+        prefix=settings.PREFIXES[folder].value(),
     )
 
 
@@ -106,7 +105,7 @@ def label_exchange(env: str | None = None, task: str = "flights") -> LabelExchan
 
 def dataset_store(env: str | None = None) -> DvcDatasetStore:
     """The DVC repository of datasets (`data/`) and its remote: a local folder or S3 in prod."""
-    repo = settings.DVC_REPO.get() or str(REPO_ROOT / "data")
+    repo = settings.DVC_REPO.value()
     # Where versions fetched by hash are kept (default: inside the repository's .dvc folder).
     cache = settings.DATASET_CACHE.get()
     if (env or current_env()) == "local":
@@ -133,7 +132,7 @@ def tuning_workers(env: str) -> TuningWorkers:
         raise ConfigurationError(
             f"FLYWHEEL_TUNING_WORKERS_ON={where!r}: expected 'processes' or 'kubernetes'"
         )
-    gpus = settings.TUNING_WORKER_GPUS.get() or ""
+    gpus = settings.TUNING_WORKER_GPUS.value()
     if not gpus.isdigit():
         raise ConfigurationError(f"FLYWHEEL_TUNING_WORKER_GPUS={gpus!r}: expected a count")
     return KubernetesTuningWorkers(

@@ -47,6 +47,10 @@ class Setting:
         """The variable's value, or the default when it is unset or empty."""
         return (os.environ if environ is None else environ).get(self.name) or self.default
 
+    def value(self, environ: Mapping[str, str] | None = None) -> str:
+        """As `get`, with an empty string where there is neither a value nor a default."""
+        return self.get(environ) or ""
+
     def required(self) -> str:
         """The variable's value; an error naming it when there is none."""
         if not (value := self.get()):
@@ -95,7 +99,7 @@ TUNING_WORKER_GPUS = Setting("FLYWHEEL_TUNING_WORKER_GPUS", "0")
 
 def current_env() -> str:
     """The environment named by FLYWHEEL_ENV (default `local`); anything else is an error."""
-    env = ENV.get() or "local"
+    env = ENV.value()
     if env not in ENVIRONMENTS:
         raise ValueError(f"FLYWHEEL_ENV={env!r}: expected one of {', '.join(ENVIRONMENTS)}")
     return env
@@ -114,7 +118,7 @@ def warehouse_path() -> str:
 
 def labeling_backend() -> str:
     """The labeling backend named by FLYWHEEL_LABELING (default `files`)."""
-    backend = LABELING.get() or "files"
+    backend = LABELING.value()
     if backend not in LABELING_BACKENDS:
         raise ConfigurationError(
             f"FLYWHEEL_LABELING={backend!r}: expected one of {', '.join(LABELING_BACKENDS)}"

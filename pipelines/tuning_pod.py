@@ -23,12 +23,12 @@ from pipelines.settings import Setting
 
 def pod_main(environ: Mapping[str, str] | None = None) -> None:
     """A worker pod: fetch the dataset by its hash, build the datamodule, run queued trials."""
-    payload: dict[str, Any] = json.loads(Setting(SPEC_VARIABLE).get(environ) or "")
+    payload: dict[str, Any] = json.loads(Setting(SPEC_VARIABLE).value(environ))
     dataset = DatasetRef(**payload["dataset"])
     folder = dataset_store().fetch(dataset.dvc_hash)
     features = load_model_spec(load_task(dataset.task)).features
     datamodule = datamodule_for(folder, features, dataset.seed, dataset.min_steps_per_epoch)
-    run_worker(payload["study"], datamodule, int(Setting(INDEX_VARIABLE).get(environ) or ""))
+    run_worker(payload["study"], datamodule, int(Setting(INDEX_VARIABLE).value(environ)))
 
 
 if __name__ == "__main__":

@@ -212,7 +212,7 @@ def _manifest(args: Sequence[str]) -> Any:
     for flag, value in itertools.pairwise(args):
         if flag in _PARSE_OPTIONS:
             options += [flag, value]
-    project = Path(Setting("DBT_PROJECT_DIR", ".").get() or ".")
+    project = Path(Setting("DBT_PROJECT_DIR", ".").value())
     parsed = project / "target" / "manifest.json"
     key = (
         str(project.resolve()),
@@ -352,7 +352,7 @@ def keep_parse_state(invocation: DbtCliInvocation) -> None:
     # partial_parse.msgpack; dbt rejects a state parsed with other vars or another --target (as
     # `dbt parse` without --target leaves), so without this every invocation parses everything.
     state = invocation.target_path / PARTIAL_PARSE_FILE
-    target = Setting("DBT_TARGET_PATH", "target").get() or "target"
+    target = Setting("DBT_TARGET_PATH", "target").value()
     seed = invocation.project_dir / target / PARTIAL_PARSE_FILE
     if not state.exists():
         return
