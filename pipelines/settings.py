@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.lib.errors import ConfigurationError
+from pipelines.lib.errors import S3_ENDPOINT_SETTING, ConfigurationError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENVIRONMENTS = ("local", "prod")
@@ -75,7 +75,7 @@ PREFIXES = {
     "landing": Setting("FLYWHEEL_LANDING_PREFIX", "landing"),
     "labeling": Setting("FLYWHEEL_LABELING_PREFIX", "labeling"),
 }
-S3_ENDPOINT_URL = Setting("FLYWHEEL_S3_ENDPOINT_URL")
+S3_ENDPOINT_URL = Setting(S3_ENDPOINT_SETTING)
 DVC_REPO = Setting("FLYWHEEL_DVC_REPO", str(REPO_ROOT / "data"))
 DVC_REMOTE = Setting("FLYWHEEL_DVC_REMOTE")
 DATASET_CACHE = Setting("FLYWHEEL_DATASET_CACHE")

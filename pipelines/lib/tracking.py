@@ -20,6 +20,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from pipelines.lib.errors import ConfigurationError, reason, redact
+from pipelines.settings import OPTUNA_STORAGE, REPO_ROOT, TRACKING_URI
 
 # MLflow and Optuna are imported where they are used: the code location loads this module in
 # every run's step processes, and only the training step needs them.
@@ -32,11 +33,11 @@ if TYPE_CHECKING:
 
     TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+
 SQLITE_PREFIX = "sqlite:///"
 # Where the prod locations come from (tracker_resource, tuning_storage), named in errors.
-TRACKING_SETTING = "MLFLOW_TRACKING_URI"
-STORAGE_SETTING = "FLYWHEEL_OPTUNA_STORAGE"
+TRACKING_SETTING = TRACKING_URI.name
+STORAGE_SETTING = OPTUNA_STORAGE.name
 
 
 class MlflowTracker(dg.ConfigurableResource):
