@@ -3,11 +3,11 @@
     python -m bench.alarm_ceiling --home DIR [--boot 100]
 
 Reads a finished main job's state (its FLYWHEEL_HOME). The report judges each retraining on every
-flight of the 14 days after its event day (sim.alarms: its challenger's AUC minus the
+flight of the 14 days after its event day (sim.judge.alarms: its challenger's AUC minus the
 champion's). The loop itself only ever learns the outcomes of the flights it labels. Here each
 retraining is judged again the same way on those flights alone: all the labelled flights of the
 same days, and only the uniformly drawn ones (audit and random picks, whose AUC is unbiased).
-An alarm that fired whenever that gain reached `sim.alarms.WORTH` would see the very outcomes it
+An alarm that fired whenever that gain reached `alarms.WORTH` would see the very outcomes it
 is judged on, which no alarm can before the fact: its precision is a ceiling for any alarm made
 from the loop's label budget. Beside it, the judgement's own noise: the bootstrap standard error
 of each gain over the flights it is measured on.
@@ -64,10 +64,10 @@ def judged_on(
     last_day: date,
     boot: int,
 ) -> pd.DataFrame:
-    """`runs` judged by `sim.alarms.judge` on all `flights` (`gain`) and on each subset of them
+    """`runs` judged by `alarms.judge` on all `flights` (`gain`) and on each subset of them
     (`gain_<name>`, `flights_<name>`; a subset is a boolean mask over `flights`), each gain with
     its bootstrap standard error (`error`, `error_<name>`)."""
-    from sim.alarms import judge
+    from sim.judge.alarms import judge
 
     scored = ScoresOnce(predict)
     table = judge(runs, flights, scored, last_day)
@@ -84,7 +84,7 @@ def errors(
     table: pd.DataFrame, flights: pd.DataFrame, scored: ScoresOnce, last_day: date, boot: int
 ) -> list[float]:
     """Each judged row's bootstrap standard error over the flights it was judged on."""
-    from sim.alarms import judged_window
+    from sim.judge.alarms import judged_window
 
     days = pd.to_datetime(flights.flight_date).dt.date
     out = []
@@ -125,10 +125,10 @@ def main() -> None:
     import dagster as dg
 
     from bench.alarm_signals import played_state
-    from pipelines.contracts import load_task
     from pipelines.labeling.selection import UNIFORM_REASONS
-    from sim.alarms import WORTH, champions
-    from sim.report import production_flights, resource, retrainings, version_scores
+    from pipelines.task import load_task
+    from sim.judge.alarms import WORTH, champions
+    from sim.judge.report import production_flights, resource, retrainings, version_scores
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, required=True, help="a finished main job's state")

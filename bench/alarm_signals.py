@@ -3,7 +3,7 @@
     python -m bench.alarm_signals --home DIR [--shuffles 300]
 
 Reads a finished main job's state (its FLYWHEEL_HOME). Every retraining is judged as the report
-judges it (sim.alarms: its challenger's production AUC over the 14 days after its event day,
+judges it (sim.judge.alarms: its challenger's production AUC over the 14 days after its event day,
 minus the champion's). Beside it, what the drift sensor saw that day (`monitoring_feature_drift`:
 the PSI and KS of each feature, and the PSI of the champion's scores, against the champion's
 training data): how many features drifted, the largest and the mean PSI, the largest KS, the
@@ -11,7 +11,7 @@ scores' PSI, each feature's PSI, and the champion's age. And the champion's AUC 
 its own scores, with no label (confidence-based performance estimation:
 `ml.metrics.expected_auroc`), on the monitoring window up to the event day, and its fall from
 the champion's first week of scores. For each signal it prints Spearman's rho with the gain, the
-signal's AUC at telling the retrainings that gained `sim.alarms.WORTH` or more, and the
+signal's AUC at telling the retrainings that gained `sim.judge.alarms.WORTH` or more, and the
 precision of an alarm that fires on the signal's top third. With a few dozen retrainings some
 signal always looks good by chance, so the best one is set against the best of the same signals
 with the gains shuffled (a permutation test over all signals at once).
@@ -49,7 +49,7 @@ def played_state(home: Path) -> tuple[Any, tuple[Any, Any]]:
     os.environ.update(FLYWHEEL_HOME=str(home), DAGSTER_HOME=str(home / "dagster"))
     os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
     from pipelines.definitions import defs
-    from sim.clock import read_progress
+    from sim.world.clock import read_progress
 
     played, production_start = read_progress(home)
     if played is None or production_start is None:
@@ -63,9 +63,9 @@ def played_report(home: Path) -> tuple[Any, Any]:
     defs, production = played_state(home)
     import dagster as dg
 
-    from pipelines.contracts import load_task
     from pipelines.lib.registry import registered_name, versions
-    from sim.report import resource, write_report
+    from pipelines.task import load_task
+    from sim.judge.report import resource, write_report
 
     task = load_task().name
     with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as out:
@@ -80,11 +80,10 @@ def judged_retrainings(home: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
     """The run's retrainings judged by the report's rules, its daily drift table and its
     production scores (flight date, probability, model version)."""
     defs, report = played_report(home)
-    from pipelines.contracts import load_task
-    from pipelines.model_spec import load_model_spec
-    from sim.report import resource
+    from pipelines.task import load_task
+    from sim.judge.report import resource
 
-    spec = load_model_spec(load_task())
+    spec = load_task().model
     warehouse = resource(defs, "warehouse")
     drift = warehouse.query(
         "select monitored_on, feature, kind, psi, ks, is_drifted from monitoring_feature_drift"
@@ -187,7 +186,7 @@ def best_separation(table: pd.DataFrame, names: list[str], worth: pd.Series) -> 
 
 
 def main() -> None:
-    from sim.alarms import WORTH
+    from sim.judge.alarms import WORTH
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, required=True, help="a finished main job's state")

@@ -6,7 +6,7 @@ Reads the features of every flight a finished main job built (its FLYWHEEL_HOME'
 ideally a whole year). Each day is compared with the `--days-before` days before it, with the
 monitoring's own statistics (ml.drift: PSI and KS per feature, the features the task's
 `monitoring` section watches). Then the same day as the first day of a planted unit change (the
-weather feed reports temperature and dew point in Celsius, `sim.drift`), against the same
+weather feed reports temperature and dew point in Celsius, `sim.world.drift`), against the same
 unconverted days before it. For rules "at least K features with KS (or PSI) above X", it prints
 on how many ordinary days the rule fires and on what share of converted first days. A rule worth
 deploying as a break alarm fires on every converted day and on almost no ordinary one.
@@ -28,7 +28,7 @@ RULES += [("psi", 2, x) for x in (3.0, 5.0, 7.0)]
 
 
 def celsius(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame as the drifted feed would report it (sim.drift's kind `celsius`)."""
+    """The frame as the drifted feed would report it (sim.world.drift's kind `celsius`)."""
     return frame.assign(**{c: (frame[c] - 32) * 5 / 9 for c in CONVERTED})
 
 
@@ -36,14 +36,12 @@ def statistics(home: Path, days_before: int) -> tuple[pd.DataFrame, pd.DataFrame
     """PSI and KS per feature of each day against the days before it: ordinary, and converted."""
     os.environ["FLYWHEEL_HOME"] = str(home)
     os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
-    from pipelines.contracts import load_task
     from pipelines.definitions import defs
-    from pipelines.model_spec import load_model_spec
-    from pipelines.policy import load_policies
-    from sim.report import resource
+    from pipelines.task import load_task
+    from sim.judge.report import resource
 
     task = load_task()
-    features, policy = load_model_spec(task).features, load_policies(task)[0]
+    features, policy = task.model.features, task.monitoring
     skip = set(policy.exclude_features) | {"scheduled_weekday"}  # one weekday against a week
     categorical = [c for c in features.categorical if c not in skip]
     numeric = [c for c in features.numeric if c not in skip]

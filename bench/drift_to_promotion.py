@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def fresh_home(home: Path, code: Path = REPO) -> None:
     """This process's environment for a main job with a fresh state of its own under `home`
-    (sim.main_job.own_state), its Dagster instance with the settings of the code under `code`."""
-    from sim.main_job import STATE_PATHS, own_state
+    (`own_state`), its Dagster instance with the settings of the code under `code`."""
+    from sim.driver.main_job import STATE_PATHS, own_state
 
     (home / "dagster").mkdir(parents=True)  # fresh: an existing instance is an error
     for name in STATE_PATHS:
@@ -121,7 +121,7 @@ def main() -> int:
         "--figures-only", action="store_true", help="only read the figures of the run in --home"
     )
     args = parser.parse_args()
-    from sim.drift import parse_drift
+    from sim.world.drift import parse_drift
 
     drift = parse_drift(args.drift)
     if args.figures_only:
@@ -131,7 +131,7 @@ def main() -> int:
     else:
         home = args.home or Path(tempfile.mkdtemp(prefix="flywheel-bench-"))
         fresh_home(home)
-        from sim.main_job import RunOptions, run
+        from sim.driver.main_job import RunOptions, run
 
         report = home / "report"
         options = RunOptions(

@@ -27,7 +27,7 @@ def prepare(home: Path, days: list[date]) -> tuple[dg.Definitions, dg.DagsterIns
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
     from pipelines.definitions import build_definitions
     from pipelines.lib.landing_zone import LocalLandingZone
-    from sim.replay import land_days
+    from sim.world.replay import land_days
 
     land_days(LocalLandingZone(root=str(home / "landing")), days)
     (home / "dagster").mkdir(parents=True)

@@ -8,8 +8,8 @@ other, the weeks from `--since` to the last played:
 1. every fit after the last day, as the report made them before the ceiling's fits moved into
    the days (`encode` per fit, joblib processes): the code of that time, kept here;
 2. every fit after the last day, as the report makes them without the fits made during the days
-   (the features encoded once: `sim.reference.Columns`);
-3. the ceiling's and the reference's fits made by `sim.reference.BaselineFits` as the main job
+   (the features encoded once: `sim.judge.reference.Columns`);
+3. the ceiling's and the reference's fits made by `sim.judge.reference.BaselineFits` as the main job
    feeds it, week by week with the labels spent so far (the seconds until its last result: on an
    otherwise idle machine, not alongside the days), then what is left for the report after the
    last day: the check of each fit's inputs, and the fits whose inputs changed since.
@@ -35,7 +35,13 @@ def fits_per_call(
     from joblib import Parallel, delayed
 
     from ml.metrics import auroc
-    from sim.reference import COLUMNS, MIN_TRAINING_ROWS, encode, fit_predict, reference_sample
+    from sim.judge.reference import (
+        COLUMNS,
+        MIN_TRAINING_ROWS,
+        encode,
+        fit_predict,
+        reference_sample,
+    )
 
     sample = reference_sample(flights, spend, "flight_date", seed)
     rows, fits = [], []
@@ -66,13 +72,12 @@ def main() -> int:
     parser.add_argument("--since", type=date.fromisoformat, default=date(2013, 2, 1))
     args = parser.parse_args()
 
-    from pipelines.contracts import load_task
     from pipelines.definitions import defs
-    from pipelines.model_spec import load_model_spec
-    from sim.reference import BaselineFits, weekly_reference
-    from sim.report import labels_per_day, played_flights, resource
+    from pipelines.task import load_task
+    from sim.judge.reference import BaselineFits, weekly_reference
+    from sim.judge.report import labels_per_day, played_flights, resource
 
-    features = load_model_spec(load_task()).features
+    features = load_task().model.features
     warehouse = resource(defs, "warehouse")
     last = warehouse.query("select max(flight_date) as d from fct_flight_features").d[0]
     last = pd.Timestamp(last).date()

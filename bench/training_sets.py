@@ -53,7 +53,7 @@ def load(home: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The run's labelled examples and every flight it played (with its outcome)."""
     import duckdb
 
-    from sim.labeling import is_late
+    from sim.world.annotators import is_late
 
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
         examples = con.sql("select * from fct_labelled_flights").df()
@@ -101,9 +101,9 @@ def network_scores(
 def boosting_scores(
     train: pd.DataFrame, scored: pd.DataFrame, features: FeatureConfig, weights: np.ndarray | None
 ) -> np.ndarray:
-    """The reference's HistGradientBoosting (sim.reference) fitted on `train` with `weights`;
+    """The reference's HistGradientBoosting (sim.judge.reference) fitted on `train` with `weights`;
     its probabilities for `scored`."""
-    from sim.reference import encode, fit_predict
+    from sim.judge.reference import encode, fit_predict
 
     x_train, x_scored, categorical = encode(train, scored, features)
     y = train[features.label].to_numpy(np.int64)
@@ -173,11 +173,10 @@ def main() -> None:
     warnings.filterwarnings("ignore", module="lightning")
     warnings.filterwarnings("ignore", message=".*treespec.*")
 
-    from pipelines.contracts import load_task
     from pipelines.labeling.selection import REASON_COLUMN, UNIFORM_REASONS, WEIGHT_COLUMN
-    from pipelines.model_spec import load_model_spec
+    from pipelines.task import load_task
 
-    spec = load_model_spec(load_task())
+    spec = load_task().model
     weighted = replace(spec.features, weight=WEIGHT_COLUMN)
     examples, flights = load(args.home)
     day_sizes = flights.groupby("flight_date").size()

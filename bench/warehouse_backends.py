@@ -51,7 +51,7 @@ def prepare(home: Path, days: list[date], warehouse: dict[str, str] | None, writ
 
     from pipelines.lib.landing_zone import LocalLandingZone
     from pipelines.lib.warehouse import WAREHOUSE_POOL
-    from sim.replay import land_days
+    from sim.world.replay import land_days
 
     environment(home, warehouse)
     land_days(LocalLandingZone(root=str(home / "landing")), days)
@@ -87,7 +87,7 @@ def worker(home: str, warehouse: dict[str, str] | None, queue, failures) -> None
 
 def check_days(defs, days: list[date]) -> int:
     """Every day holds exactly its flights, once; the flights in all."""
-    from sim.nycflights import read_table
+    from sim.world.nycflights import read_table
 
     flights = read_table("flights")
     month, day_of_month = flights.month.str.zfill(2), flights.day.str.zfill(2)
@@ -151,7 +151,7 @@ def per_partition(home: Path, days: list[date], warehouse, runs: int) -> tuple[f
 
 
 def report(backend: str, mode: str, days: int, seconds: float, rows: int) -> None:
-    from sim.console import say
+    from sim.driver.console import say
 
     say(
         f"{backend:<10}{mode:<34}{days:>6}{seconds:>10.1f}{rows:>10,}{rows / seconds:>10,.0f}"
@@ -173,7 +173,7 @@ def main() -> None:
         help="where the runs' output (Dagster, dbt) goes",
     )
     args = parser.parse_args()
-    from sim.console import output_to_log, say
+    from sim.driver.console import output_to_log, say
 
     say(f"the runs' output: {args.log}")
     with output_to_log(args.log):
@@ -186,7 +186,7 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> None:
     """Every case of `args`, a line of figures each."""
-    from sim.console import say
+    from sim.driver.console import say
 
     start = date.fromisoformat(args.start)
     year = [start + timedelta(days=i) for i in range(args.year_days)]

@@ -98,7 +98,7 @@ def browser_python(venv: Path) -> Path:
 
 def state_environment(home: Path) -> dict[str, str]:
     """This environment with a state of its own under `home` (the embedded defaults)."""
-    from sim.main_job import STATE_PATHS, own_state
+    from sim.driver.main_job import STATE_PATHS, own_state
 
     inherited = {k: v for k, v in os.environ.items() if k not in STATE_PATHS}
     return {**inherited, **own_state(home), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -12,6 +13,8 @@ from numpy.typing import ArrayLike
 from ml.metrics import PROB_EPS, auroc, binary_metrics, logloss
 
 BOOTSTRAP_METRICS = ("auroc", "logloss", "brier")
+# The overall figures a challenger's evaluation records and the gate reads.
+METRICS = ("auroc", "logloss", "brier", "ece")
 # Bound on the elements of one chunk of the (n_boot, n) resample matrix: about 32 MB of int64.
 _CHUNK_ELEMENTS = 4_000_000
 
@@ -37,6 +40,33 @@ class Evaluation:
     overall: pd.DataFrame
     slices: pd.DataFrame
     comparison: dict[str, BootstrapResult] = field(default_factory=dict)
+
+
+def overall_by_model(evaluation: Evaluation) -> pd.DataFrame:
+    """The overall figures indexed by model."""
+    overall = evaluation.overall
+    return overall.set_index("model") if "model" in overall.columns else overall
+
+
+def finite(value: float | None) -> float | None:
+    """A figure for JSON: None where it is missing or not finite."""
+    return None if value is None or not math.isfinite(float(value)) else float(value)
+
+
+def evaluation_summary(evaluation: Evaluation, window: tuple[str, str]) -> dict:
+    """The evaluation as JSON: its test window, overall figures, intervals and slices."""
+    overall = overall_by_model(evaluation)
+    return {
+        "window": list(window),
+        "overall": {m: {k: finite(v) for k, v in row.items()} for m, row in overall.iterrows()},
+        "comparison": {
+            metric: {"estimate": i.estimate, "low": i.low, "high": i.high, "n_boot": i.n_boot}
+            for metric, i in evaluation.comparison.items()
+        },
+        "slices": evaluation.slices.astype(object)
+        .where(evaluation.slices.notna(), None)
+        .to_dict("records"),
+    }
 
 
 def bands(values: ArrayLike, edges: dict[str, tuple[float, float]]) -> np.ndarray:

@@ -18,6 +18,8 @@ from ml.metrics import auroc
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from ml.evaluation import Evaluation
+
 
 def roc_figure(y_true: ArrayLike, predictions: dict[str, np.ndarray]) -> bytes:
     """ROC curve of every model, AUROC in the legend, as PNG bytes."""
@@ -77,6 +79,17 @@ def slice_figure(slices_frame: pd.DataFrame, metric: str = "auroc") -> bytes:
         ax.invert_yaxis()  # first value on top, reading order
     axes[0, 0].legend(loc="best", fontsize="small")
     return _png(fig)
+
+
+def evaluation_plots(
+    labels: np.ndarray, predictions: dict[str, np.ndarray], evaluation: Evaluation
+) -> dict[str, bytes]:
+    """An evaluation's ROC, calibration and slice plots as PNG bytes, by file name."""
+    return {
+        "roc.png": roc_figure(labels, predictions),
+        "calibration.png": calibration_figure(labels, predictions),
+        "slices.png": slice_figure(evaluation.slices, metric="auroc"),
+    }
 
 
 def weekly_auc_figure(weekly: pd.DataFrame) -> bytes:

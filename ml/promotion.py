@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ml.evaluation import METRICS, Evaluation, finite, overall_by_model
+
 # +1 where a larger value is better, -1 where a smaller one is: improvement = sign * difference.
 DIRECTION = {"auroc": 1.0, "logloss": -1.0, "brier": -1.0}
 SLICE_KEYS = ("slice", "value", "n", "challenger", "champion")
@@ -40,6 +42,39 @@ class GateInputs:
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
     improvement_ci: tuple[float, float] | None = None
     slices: list[dict] = field(default_factory=list)
+
+
+def gate_inputs_of(evaluation: Evaluation, metric: str) -> dict:
+    """The gate's inputs from an evaluation of the challenger (with the champion, if any, and
+    the baselines), as JSON (see ``GateInputs``): overall figures, the challenger-minus-champion
+    interval of ``metric``, and ``metric`` per slice."""
+    overall = overall_by_model(evaluation)
+
+    def scores(model: str) -> dict[str, float | None]:
+        return {m: finite(overall.loc[model, m]) for m in METRICS}
+
+    slices = evaluation.slices
+    wide = slices[slices.model.isin(["challenger", "champion"])].pivot_table(
+        index=["slice", "value", "n"], columns="model", values=metric, dropna=False
+    )
+    interval = evaluation.comparison.get(metric)
+    models = set(overall.index)
+    return {
+        "challenger": scores("challenger"),
+        "champion": scores("champion") if "champion" in models else None,
+        "baselines": {m: scores(m) for m in models - {"challenger", "champion"}},
+        "improvement_ci": [interval.low, interval.high] if interval else None,
+        "slices": [
+            {
+                "slice": s,
+                "value": str(v),
+                "n": int(n),
+                "challenger": finite(row.get("challenger")),
+                "champion": finite(row.get("champion")),
+            }
+            for (s, v, n), row in wide.iterrows()
+        ],
+    }
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ class TaskSpec:
     label_tasks_table: str | None = None
     label_tasks_columns: dict[str, str] = field(default_factory=dict)
     path: Path = field(default=Path(), compare=False)
-    # The YAML's other sections (model, monitoring, promotion), read by their own loaders.
+    # The whole YAML, for the other sections' parsers (see pipelines.task).
     sections: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -122,8 +122,9 @@ def _is_date(text: str) -> bool:
     return True
 
 
-def load_task(name_or_path: str | Path = "flights") -> TaskSpec:
-    """Load a task's contracts from `pipelines/tasks/<name>.yaml` or an explicit YAML path."""
+def read_contracts(name_or_path: str | Path) -> TaskSpec:
+    """A task's contracts from `pipelines/tasks/<name>.yaml` or an explicit YAML path, with the
+    file's other sections for their parsers (`pipelines.task.load_task` calls them all)."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         path = TASKS_DIR / f"{name_or_path}.yaml"

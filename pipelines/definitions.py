@@ -6,24 +6,23 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from pipelines.contracts import load_task
 from pipelines.defs.datasets.assets import build_dataset_assets
 from pipelines.defs.evaluation.assets import build_evaluation_assets
 from pipelines.defs.ingestion.assets import build_ingestion_assets
 from pipelines.defs.ingestion.sensors import build_landing_sensor
-from pipelines.defs.labeling.assets import build_labeling_assets
-from pipelines.defs.labeling.triggers import build_labeling_triggers
 from pipelines.defs.monitoring.assets import build_monitoring_assets
 from pipelines.defs.monitoring.triggers import build_monitoring_triggers
 from pipelines.defs.runs.sensors import build_missed_retry_sensor
 from pipelines.defs.scoring.assets import build_scoring_assets
 from pipelines.defs.training.assets import GPU_TAGS, build_training_assets
 from pipelines.defs.warehouse.assets import build_dbt_assets
+from pipelines.labeling.assets import build_labeling_assets
+from pipelines.labeling.triggers import build_labeling_triggers
 from pipelines.lib.partitions import daily_partitions
-from pipelines.model_spec import load_model_spec
-from pipelines.policy import load_policies
+from pipelines.lib.runs import RETRAINING_JOB
 from pipelines.resources import build_resources
 from pipelines.settings import TASK_NAME, retraining_run_config, sensor_interval_s
+from pipelines.task import load_task
 
 
 def build_definitions(
@@ -39,8 +38,8 @@ def build_definitions(
     daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]
     reference_raw = [ingestion[f.asset_name] for f in task.reference_feeds]
     daily_dbt, reference_dbt, training_dbt = build_dbt_assets(task)
-    spec = load_model_spec(task)
-    monitoring_policy, promotion_policy = load_policies(task)
+    spec = task.model
+    monitoring_policy, promotion_policy = task.monitoring, task.promotion
     (predictions,) = build_scoring_assets(task, spec)
     feature_drift, model_performance = build_monitoring_assets(task, spec, monitoring_policy)
 
@@ -83,7 +82,7 @@ def build_definitions(
     training = build_training_assets(task.name, spec.features)
     evaluation = build_evaluation_assets(task, spec, promotion_policy)
     retraining_job = dg.define_asset_job(
-        "retraining_job",
+        RETRAINING_JOB,
         selection=dg.AssetSelection.assets(training_dbt, *datasets, *training, *evaluation),
         # The run's tags ask a Kubernetes run launcher for a GPU pod, and a run queue that limits
         # `flywheel/gpu` (deploy/dagster.stack.yaml) runs one at a time.

@@ -84,7 +84,7 @@ def _slice(name: str, raw: object, where: str) -> SliceSpec:
     return SliceSpec(column=raw["column"], bands=tuple(edges))
 
 
-def load_model_spec(task: TaskSpec) -> ModelSpec:
+def parse_model_spec(task: TaskSpec) -> ModelSpec:
     """The task's `model` section, with its example id and label from the `labels` section."""
     raw = task.sections
     where = f"{task.path}: model"

@@ -45,7 +45,7 @@ def build_settings(cls: type, section: Mapping, where: str):
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in section.items()})
 
 
-def load_policies(task: TaskSpec) -> tuple[MonitoringPolicy, PromotionPolicy]:
+def parse_policies(task: TaskSpec) -> tuple[MonitoringPolicy, PromotionPolicy]:
     """The task's `monitoring` and `promotion` sections (defaults where a section is absent)."""
     raw = task.sections
     monitoring = raw.get("monitoring") or {}

@@ -141,6 +141,14 @@ RETRAINING_SETTINGS = {
     "FLYWHEEL_TEST_DAYS": ("training_dataset", "test_days", 7),
     "FLYWHEEL_TUNING_WORKERS": ("challenger_model", "workers", 1),
 }
+
+
+def retraining_default(name: str) -> int:
+    """The default of retraining setting `name`: the one definition the op configs, the command
+    line and the docs share."""
+    return RETRAINING_SETTINGS[name][2]
+
+
 SENSOR_INTERVAL = "FLYWHEEL_SENSOR_INTERVAL_S"
 TASK = "FLYWHEEL_TASK"
 # The label exchange (pipelines/resources.py: label_exchange).

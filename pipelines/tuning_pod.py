@@ -9,16 +9,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ml.tuning import run_worker
-from pipelines.contracts import load_task
 from pipelines.lib.tuning_workers import (
     INDEX_VARIABLE,
     SPEC_VARIABLE,
     DatasetRef,
     datamodule_for,
 )
-from pipelines.model_spec import load_model_spec
 from pipelines.resources import dataset_store
 from pipelines.settings import Setting
+from pipelines.task import load_task
 
 
 def pod_main(environ: Mapping[str, str] | None = None) -> None:
@@ -26,7 +25,7 @@ def pod_main(environ: Mapping[str, str] | None = None) -> None:
     payload: dict[str, Any] = json.loads(Setting(SPEC_VARIABLE).value(environ))
     dataset = DatasetRef(**payload["dataset"])
     folder = dataset_store().fetch(dataset.dvc_hash)
-    features = load_model_spec(load_task(dataset.task)).features
+    features = load_task(dataset.task).model.features
     datamodule = datamodule_for(folder, features, dataset.seed, dataset.min_steps_per_epoch)
     run_worker(payload["study"], datamodule, int(Setting(INDEX_VARIABLE).value(environ)))
 

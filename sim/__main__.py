@@ -1,5 +1,5 @@
 """`python -m sim`: the simulator's command line."""
 
-from sim.cli import main
+from sim.driver.cli import main
 
 raise SystemExit(main())

@@ -3,6 +3,7 @@ flights splits and an Optuna study on that server for the tuning workers."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,6 +15,15 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ml.config import TuneConfig
+
+# Each pytest-xdist worker gets its share of the cores for OpenMP and BLAS, before any test
+# module loads them (the variables are read when a library starts its thread pool). With a
+# thread per core in every worker, two workers fitting scikit-learn's HistGradientBoosting next
+# to torch's pool on two cores spin against each other: seconds of work took minutes.
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
+    _share = str(max(1, len(os.sched_getaffinity(0)) // workers))
+    for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, _share)
 
 REGION = "us-east-1"
 

@@ -143,7 +143,7 @@ def command_errors(words: list[str], parser: argparse.ArgumentParser, name: str)
 
 def project_parsers() -> dict[str, argparse.ArgumentParser]:
     from pipelines.models_cli import build_parser as models_parser
-    from sim.cli import build_parser as sim_parser
+    from sim.driver.cli import build_parser as sim_parser
 
     return {"flywheel-sim": sim_parser(), "flywheel-models": models_parser()}
 

@@ -1,5 +1,6 @@
 """The code's shape: its modules import one another without a circle (imports inside functions
-count), and one module, pipelines/settings.py, reads the environment."""
+count), one module, pipelines/settings.py, reads the environment, one module reads a task's YAML,
+and no module grows past one job's size."""
 
 from __future__ import annotations
 
@@ -122,3 +123,62 @@ def test_an_environment_read_is_found(tmp_path: Path) -> None:
         "os.environ['E'] = '1'\nenv = dict(os.environ)\n"
     )
     assert environment_reads(probe) == [2, 3, 4, 5]
+
+
+# A module longer than this does more than one job: split it into a package (see ml/tuning).
+MAX_LINES = 400
+
+
+def test_no_module_is_longer_than_one_job() -> None:
+    long = {
+        str(path.relative_to(REPO)): lines
+        for path in modules().values()
+        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def yaml_reads(path: Path) -> list[int]:
+    """The lines where `path` parses YAML (yaml.safe_load, yaml.load)."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("safe_load", "load")
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "yaml"
+    ]
+
+
+def test_one_module_reads_a_tasks_yaml() -> None:
+    """Every reader of YAML in the pipelines reads something else than a task (the instance's
+    settings, a DVC pointer), except the contracts' reader that `pipelines.task` calls."""
+    found = modules()
+    readers = {name for name, path in found.items() if yaml_reads(path)}
+    assert readers == {"pipelines.contracts", "pipelines.preflight", "pipelines.lib.datasets"}
+    assert "pipelines/tasks" not in found["pipelines.preflight"].read_text()
+    assert "tasks" not in found["pipelines.lib.datasets"].read_text()
+
+
+# The simulator's rooms point one way: the driver plays the world and asks the judge; the judge
+# reads the world; the world knows neither.
+ROOMS_BELOW = {
+    "sim.world": set(),
+    "sim.judge": {"sim.world"},
+    "sim.driver": {"sim.judge", "sim.world"},
+}
+
+
+def test_the_simulators_rooms_point_one_way() -> None:
+    found = modules()
+    crossing = []
+    for name, path in found.items():
+        room = next((r for r in ROOMS_BELOW if name == r or name.startswith(r + ".")), None)
+        if room is None:
+            continue
+        for target in imports(path, set(found)):
+            other = next((r for r in ROOMS_BELOW if target.startswith(r + ".")), None)
+            if other not in (None, room) and other not in ROOMS_BELOW[room]:
+                crossing.append(f"{name} -> {target}")
+    assert crossing == []

@@ -1,4 +1,11 @@
-"""The labeling protocol: choosing examples to label, Label Studio batches, importing answers."""
+"""Labeling, in one room: the protocol and its Dagster side.
+
+- `spec`: the task's labeling protocol (its `labels` section); `selection`: which examples to ask
+  for; `label_studio`: batches going out; `annotations`: exports coming back, item by item;
+- `label_exchange`: the resource that carries them (files, or a Label Studio server through
+  `label_studio_api`); `export_import`: a day's export and import in the warehouse;
+- `assets` and `triggers`: the label export and import assets, and the sensors that run them.
+"""
 
 from pipelines.labeling.annotations import parse_label_studio_export
 from pipelines.labeling.label_studio import (
@@ -9,7 +16,7 @@ from pipelines.labeling.label_studio import (
     render_json,
 )
 from pipelines.labeling.selection import select_for_labeling
-from pipelines.labeling.spec import LabelingSpec, load_labeling_spec
+from pipelines.labeling.spec import LabelingSpec
 
 __all__ = [
     "REJECTED_COLUMNS",
@@ -17,7 +24,6 @@ __all__ = [
     "accepted_columns",
     "batch_manifest",
     "label_studio_tasks",
-    "load_labeling_spec",
     "parse_label_studio_export",
     "render_json",
     "select_for_labeling",

@@ -117,7 +117,7 @@ class LabelingSpec:
         return "\n".join(lines)  # no trailing newline: Label Studio strips it
 
 
-def load_labeling_spec(task: TaskSpec) -> LabelingSpec:
+def parse_labeling_spec(task: TaskSpec) -> LabelingSpec:
     """The task's labeling protocol, from its YAML's `labels` section."""
     raw: Mapping[str, Any] = task.sections.get("labels") or {}
     missing = [k for k in ("example_id", "label", "choices") if k not in raw]

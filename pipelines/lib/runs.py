@@ -42,6 +42,10 @@ class PoolWaitTimeoutError(RuntimeError):
     """A pool stayed full for longer than the wait limit; the message names the holding runs."""
 
 
+# The job the sensors and the schedule request: the simulator and its report find its runs by it.
+RETRAINING_JOB = "retraining_job"
+
+
 def process_tags() -> dict[str, str]:
     """Tags naming this process, for a run it executes in process."""
     me = psutil.Process()

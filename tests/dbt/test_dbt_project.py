@@ -8,10 +8,10 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines.contracts import load_task
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.lib.dbt import DBT_PROJECT_DIR
 from pipelines.lib.warehouse import DuckDBConnection
+from pipelines.task import load_task
 from tests.pipelines.killing import lock_holder
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from deploy.stack.pgbouncer import POOL_SIZE
 from pipelines.resources import warehouse
-from sim.nycflights import load
+from sim.world.nycflights import load
 from tests.deploy.stackctl import passable, stack, stack_env
 
 REPO = Path(__file__).resolve().parents[2]

@@ -259,7 +259,7 @@ def train(datamodule, model, train_config, callbacks=()):
     started.append(1)
     return real_train(datamodule, model, train_config, callbacks=[*callbacks, Die()])
 
-real_train, ml.tuning.train = ml.tuning.train, train
+real_train, ml.tuning.trials.train = ml.tuning.trials.train, train
 ml.tuning.tune(TabularDataModule(train_path, val_path, batch_size=512),
                config, ModelConfig(arch="mlp", width=16, depth=1),
                TrainConfig(max_epochs=3, batch_size=512, early_stopping_patience=None))

@@ -19,11 +19,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipelines.contracts import load_task
 from pipelines.definitions import build_definitions
 from pipelines.lib.datasets import init_repository
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.resources import warehouse_resources
+from pipelines.task import load_task
 
 
 @cache

@@ -9,7 +9,7 @@ from pipelines.definitions import build_definitions
 from pipelines.lib.dbt import FlywheelDbtCliResource
 from pipelines.lib.landing_zone import LocalLandingZone, S3LandingZone
 from pipelines.resources import landing_zone
-from sim.replay import land_days
+from sim.world.replay import land_days
 from tests.pipelines.conftest import source_rows
 
 

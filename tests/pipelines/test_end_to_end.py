@@ -20,16 +20,15 @@ import pandas as pd
 import pytest
 
 from ml.promotion import decide
-from pipelines.contracts import load_task
 from pipelines.defs.evaluation.assets import gate_inputs_from_metadata
 from pipelines.lib.registry import champion, registered_name
 from pipelines.lib.runs import full_pool_holders
-from pipelines.policy import load_policies
 from pipelines.resources import label_store
-from sim.drift import PlantedDrift
-from sim.driver import FlywheelDriver
-from sim.labeling import LabelingService
-from sim.replay import land_days
+from pipelines.task import load_task
+from sim.driver.in_process import FlywheelDriver
+from sim.world.annotators import LabelingService
+from sim.world.drift import PlantedDrift
+from sim.world.replay import land_days
 from tests.pipelines.killing import (
     REPO,
     assert_same_warehouse,
@@ -133,7 +132,7 @@ def test_planted_drift_fires_the_drift_sensor_and_retraining_runs(played) -> Non
 
 def test_every_gate_decision_follows_its_rule(played) -> None:
     instance = played.instance
-    _, promotion = load_policies(load_task())
+    _, promotion = (load_task().monitoring, load_task().promotion)
     records = instance.get_run_records(dg.RunsFilter(job_name="retraining_job"), ascending=True)
     assert len(records) >= 2
     for record in records:
@@ -203,7 +202,7 @@ def test_rescoring_a_day_replaces_it_exactly(played) -> None:
 
 
 def test_report_numbers_come_from_the_run(played, tmp_path) -> None:
-    from sim.report import write_report
+    from sim.judge.report import write_report
 
     first_scored = played.scalar("select cast(min(flight_date) as varchar) from flight_predictions")
     last = (START + timedelta(days=DAYS - 1)).isoformat()
@@ -379,7 +378,7 @@ def test_a_retraining_killed_mid_training_does_not_stop_the_next_one(played, tmp
         assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
 
 
-MAIN_JOB = "import sys; from sim.cli import main; sys.exit(main(sys.argv[1:]))"
+MAIN_JOB = "import sys; from sim.driver.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def report_figures(report: Path) -> dict[str, str]:

@@ -12,22 +12,21 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from pipelines.contracts import load_task
-from pipelines.feed_checks import (
+from pipelines.defs.ingestion.feed_checks import (
     FreshnessPolicy,
     VolumePolicy,
     baseline_days,
     judge_freshness,
     judge_volume,
-    load_feed_checks,
 )
-from sim.replay import day_files, land_days
+from pipelines.task import load_task
+from sim.world.replay import day_files, land_days
 from tests.pipelines.conftest import source_rows, source_table
 
 THANKSGIVING = "2013-11-28"  # the shortest flights day of 2013 against its trailing weeks
 TRAILING = ["2013-10-31", "2013-11-07", "2013-11-14", "2013-11-21"]
 DOWNSTREAM = ["fct_flight_features", "flight_predictions", "feature_drift"]
-POLICY = load_feed_checks(load_task())
+POLICY = load_task().feed_checks
 
 
 def daily_counts(feed: str) -> dict[str, int]:
@@ -184,7 +183,7 @@ def test_bad_check_settings_are_refused(tmp_path: Path, old: str, new: str, erro
     bad = tmp_path / "flights.yaml"
     bad.write_text(text.replace(old, new))
     with pytest.raises(ValueError, match=error):
-        load_feed_checks(load_task(bad))
+        load_task(bad)
 
 
 # --- in Dagster --------------------------------------------------------------------------------
@@ -302,7 +301,7 @@ def weather_days() -> dict[str, pd.DataFrame]:
 
 
 def test_every_real_weather_day_of_2013_passes_and_every_celsius_day_fails():
-    from pipelines.feed_checks import judge_humidity
+    from pipelines.defs.ingestion.feed_checks import judge_humidity
 
     policy = POLICY.humidity["weather"]
     days = weather_days()
@@ -327,7 +326,7 @@ def test_every_real_weather_day_of_2013_passes_and_every_celsius_day_fails():
 
 
 def test_implied_humidity_is_the_magnus_formula():
-    from pipelines.feed_checks import implied_humidity
+    from pipelines.defs.ingestion.feed_checks import implied_humidity
 
     # Saturated air: the dew point is the temperature; 20 C at a 10 C dew point is about 52.6%.
     assert implied_humidity([50.0, 68.0], [50.0, 50.0]) == pytest.approx([100.0, 52.6], abs=0.1)
@@ -335,7 +334,7 @@ def test_implied_humidity_is_the_magnus_formula():
 
 
 def test_a_day_of_weather_in_celsius_is_quarantined_and_its_flights_built_without_it(flywheel):
-    from sim.drift import PlantedDrift
+    from sim.world.drift import PlantedDrift
 
     good, day = "2013-05-31", "2013-06-01"
     land(flywheel, good, day)

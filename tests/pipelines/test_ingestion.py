@@ -7,7 +7,7 @@ from datetime import date
 
 import pytest
 
-from sim.replay import land_days
+from sim.world.replay import land_days
 from tests.pipelines.conftest import source_rows
 
 DAY = "2013-01-02"

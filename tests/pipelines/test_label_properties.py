@@ -20,18 +20,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.contracts import load_task
 from pipelines.ingestion import RAW_SCHEMA, ensure_raw_tables
-from pipelines.labeling import load_labeling_spec
 from pipelines.labeling.annotations import MAX_NESTING
-from pipelines.labeling.exchange import import_day
-from pipelines.lib.label_exchange import FileLabelExchange
+from pipelines.labeling.export_import import import_day
+from pipelines.labeling.label_exchange import FileLabelExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
+from pipelines.task import load_task
 from tests.pipelines.fuzzing import LONG, QUICK, mutate_bytes
 
 TASK = load_task()
-LABELING = load_labeling_spec(TASK)
+LABELING = TASK.labeling
 DELIVERY = "2013-01-03"
 FLIGHTS = [f"2013-01-01_UA{1000 + i}_EWR" for i in range(8)]
 FUZZED, GOOD = FLIGHTS[:5], FLIGHTS[5:]  # the tasks each file answers

@@ -26,25 +26,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.contracts import load_task
 from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
-from pipelines.labeling import load_labeling_spec
-from pipelines.labeling.exchange import export_day, import_day
+from pipelines.labeling.export_import import export_day, import_day
+from pipelines.labeling.label_exchange import FileLabelExchange, LabelStudioExchange
+from pipelines.labeling.label_studio_api import LabelStudioClient, LabelStudioError
 from pipelines.lib.errors import ConfigurationError
-from pipelines.lib.label_exchange import FileLabelExchange, LabelStudioExchange
-from pipelines.lib.label_studio_api import LabelStudioClient, LabelStudioError
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
-from pipelines.model_spec import load_model_spec
-from sim import nycflights
-from sim.label_studio_server import VERSION, LocalLabelStudio
-from sim.labeling import LabelingService, LabelStudioAnnotators, is_late
+from pipelines.task import load_task
+from sim.world import nycflights
+from sim.world.annotators import LabelingService, LabelStudioAnnotators, is_late
+from sim.world.label_studio_server import VERSION, LocalLabelStudio
 
 pytestmark = pytest.mark.xdist_group("label_studio")
 
 TASK = load_task("flights")
-SPEC = load_model_spec(TASK)
-LABELING = load_labeling_spec(TASK)
+SPEC = TASK.model
+LABELING = TASK.labeling
 DAY1, DAY2, DAY3 = "2013-01-01", "2013-01-02", "2013-01-03"
 BUDGET = 20
 MODEL_VERSION = "7"
@@ -291,7 +289,7 @@ KILLED = """
 import os, signal, sys
 import duckdb
 from pipelines.labeling import exchange as module
-from pipelines.lib.label_exchange import LabelStudioExchange
+from pipelines.labeling.label_exchange import LabelStudioExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
 from tests.pipelines.test_label_studio import LABELING, SPEC, TASK, DAY1, DAY2, BUDGET
@@ -421,7 +419,7 @@ def test_a_server_that_does_not_answer_in_time_fails_with_the_timeout(scripted):
 # -- a second task, configured by its YAML alone -------------------------------------------------
 
 REVIEWS = load_task(Path(__file__).parents[1] / "fixtures" / "tasks" / "reviews.yaml")
-REVIEWS_SPEC, REVIEWS_LABELING = load_model_spec(REVIEWS), load_labeling_spec(REVIEWS)
+REVIEWS_SPEC, REVIEWS_LABELING = REVIEWS.model, REVIEWS.labeling
 POSTED, NEXT_DAY = "2024-03-04", "2024-03-05"
 
 

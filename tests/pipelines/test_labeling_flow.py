@@ -6,8 +6,8 @@ from datetime import date
 import dagster as dg
 import duckdb
 
-from sim.labeling import LabelingService
-from sim.replay import land_days
+from sim.world.annotators import LabelingService
+from sim.world.replay import land_days
 from tests.pipelines.conftest import source_table
 
 DAY, NEXT = "2013-01-01", "2013-01-02"

@@ -11,27 +11,26 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.contracts import load_task
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.labeling import (
     REJECTED_COLUMNS,
     accepted_columns,
     batch_manifest,
     label_studio_tasks,
-    load_labeling_spec,
     parse_label_studio_export,
     render_json,
     select_for_labeling,
 )
 from pipelines.labeling.annotations import MAX_NESTING
-from pipelines.labeling.exchange import import_day
+from pipelines.labeling.export_import import import_day
+from pipelines.labeling.label_exchange import FileLabelExchange
 from pipelines.labeling.selection import importance_weights
-from pipelines.lib.label_exchange import FileLabelExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
+from pipelines.task import load_task
 
 KEY = "inbox/2013-01-03/b1.json"
-LABELING = load_labeling_spec(load_task("flights"))
+LABELING = load_task("flights").labeling
 
 
 def select(*args, **kwargs) -> pd.DataFrame:

@@ -7,9 +7,9 @@ from datetime import date
 import dagster as dg
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from pipelines.contracts import load_task
 from pipelines.lib.landing_zone import landing_settled
-from sim.replay import day_files, land_days, reference_files
+from pipelines.task import load_task
+from sim.world.replay import day_files, land_days, reference_files
 
 
 def tick(flywheel, cursor: str | None):

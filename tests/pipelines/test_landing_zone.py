@@ -9,7 +9,7 @@ from dagster_aws.s3 import S3Resource
 
 from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.landing_zone import LandingZone, LocalLandingZone, S3LandingZone
-from sim.replay import land_days
+from sim.world.replay import land_days
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -108,7 +108,7 @@ def test_sim_lands_a_day_into_s3(s3_env):
 
 
 def test_sim_cli_lands_into_the_prod_landing_zone(s3_env, tmp_path, monkeypatch, capsys):
-    from sim.cli import main
+    from sim.driver.cli import main
 
     monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path))
     monkeypatch.setenv("FLYWHEEL_S3_ENDPOINT_URL", s3_env.endpoint_url)

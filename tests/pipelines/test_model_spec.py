@@ -10,20 +10,19 @@ import pandas as pd
 import pytest
 
 from ml.config import FeatureConfig
-from pipelines.contracts import load_task
 from pipelines.definitions import build_definitions
-from pipelines.model_spec import load_model_spec
+from pipelines.task import load_task
 from tests.pipelines.conftest import with_model
 
 FLIGHTS = load_task("flights")
 
 
 def spec_of(path: Path):
-    return load_model_spec(load_task(path))
+    return load_task(path).model
 
 
 def test_the_flights_section_describes_the_models_defaults() -> None:
-    spec = load_model_spec(FLIGHTS)
+    spec = FLIGHTS.model
     assert spec.features == FeatureConfig()
     assert (spec.example_id, spec.label, spec.time_column) == (
         "flight_id",
@@ -34,7 +33,7 @@ def test_the_flights_section_describes_the_models_defaults() -> None:
 
 
 def test_slices_group_by_a_column_or_by_bands_of_one() -> None:
-    keys = load_model_spec(FLIGHTS).slice_keys()
+    keys = FLIGHTS.model.slice_keys()
     frame = pd.DataFrame({"scheduled_hour": [0, 5, 6, 11.5, 12, 17, 18, 23, np.nan]})
     assert keys["carrier"] == "carrier" and keys["month"] == "scheduled_month"
     assert keys["hour_band"](frame).tolist() == [
@@ -84,8 +83,8 @@ def test_bad_settings_are_refused_naming_them(tmp_path, changes, message) -> Non
 
 
 def test_an_importance_exponent_gives_the_model_a_weight_column(tmp_path) -> None:
-    assert load_model_spec(FLIGHTS).importance_exponent == 0.0
-    assert load_model_spec(FLIGHTS).features.weight is None
+    assert FLIGHTS.model.importance_exponent == 0.0
+    assert FLIGHTS.model.features.weight is None
     spec = spec_of(with_model(tmp_path, importance_exponent=0.5))
     assert spec.importance_exponent == 0.5 and spec.features.weight == "sample_weight"
 
@@ -112,3 +111,17 @@ def test_the_assets_read_their_tables_from_the_section(tmp_path, monkeypatch) ->
     assert parents["feature_drift"] == {"fct_order_features", "order_predictions"}
     assert parents["training_dataset"] == {"fct_labelled_orders"}
     assert parents["label_tasks"] == {"fct_order_features"}
+
+
+def test_one_loader_reads_every_section_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    task = load_task("flights")
+    assert (task.model, task.labeling, task.feed_checks) == (
+        FLIGHTS.model,
+        FLIGHTS.labeling,
+        FLIGHTS.feed_checks,
+    )
+    assert task.monitoring.cooldown_days > 0 and task.promotion.gate is not None
+    misspelt = tmp_path / "flights.yaml"
+    misspelt.write_text(task.path.read_text().replace("\nmonitoring:", "\nmonitorng:"))
+    with pytest.raises(ValueError, match=r"unknown sections \['monitorng'\]"):
+        load_task(misspelt)

@@ -379,7 +379,7 @@ def test_a_schedule_tick_in_the_simulator_leaves_no_instance_open(triggers) -> N
     # Internal to Dagster: where the current instance's definitions-state storage is kept.
     from dagster._core.storage.defs_state.base import DefsStateStorage
 
-    from sim.driver import ScheduleTicker
+    from sim.driver.in_process import ScheduleTicker
 
     defs, *_ = triggers
     with dg.instance_for_test() as instance:

@@ -24,8 +24,8 @@ from pipelines.lib.warehouse import (
     WarehouseLockedError,
     replace_rows,
 )
-from sim.labeling import LabelingService
-from sim.replay import land_days
+from sim.world.annotators import LabelingService
+from sim.world.replay import land_days
 from tests.pipelines.conftest import flywheel_in, make_dvc_repo, source_rows
 from tests.pipelines.test_ingestion import failure_message
 from tests.pipelines.test_labeling_flow import materialize
@@ -326,8 +326,8 @@ def test_the_dbt_unit_tests_pass_on_postgres(postgres_warehouse, tmp_path):
     """The models' unit tests (among them the as-of join's lookback edges, which on PostgreSQL
     run the project's own `postgres__asof_join`) and every data test on empty tables, on the
     `prod` target."""
-    from pipelines.contracts import load_task
     from pipelines.ingestion import ensure_raw_tables
+    from pipelines.task import load_task
     from tests.dbt.test_dbt_project import dbt_command
 
     with postgres(postgres_warehouse).connect() as con:

@@ -245,7 +245,7 @@ def kept_baselines_score_the_evaluation(
     from ml import baselines
     from ml.baselines import fit_baselines
     from ml.data import TabularDataModule
-    from pipelines.defs.evaluation.report import baseline_scores
+    from pipelines.defs.evaluation.challenger_evaluation import baseline_scores
     from pipelines.defs.training.assets import latest_dataset
     from pipelines.lib.registry import DATASET_TAG, model_version, read_baselines
 

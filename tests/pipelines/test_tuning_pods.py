@@ -27,7 +27,6 @@ from optuna.trial import TrialState
 
 from ml.config import ModelConfig
 from ml.tuning import create_study, tune
-from pipelines.contracts import load_task
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.tuning_workers import (
@@ -41,7 +40,7 @@ from pipelines.lib.tuning_workers import (
     datamodule_for,
     worker_job,
 )
-from pipelines.model_spec import load_model_spec
+from pipelines.task import load_task
 from tests.ml.conftest import REPO
 from tests.ml.test_parallel_tuning import ONE_EPOCH, kill_worker_mid_trial
 from tests.pipelines.conftest import make_dvc_repo
@@ -235,7 +234,7 @@ def test_worker_pods_fetch_the_dataset_by_hash_and_a_killed_pod_loses_nothing(
     killer.start()
     # The step's own datamodule: built as each pod builds it from the fetched version.
     local = DvcDatasetStore(repo_dir=str(tmp_path / "step"), remote_url=str(remote))
-    features = load_model_spec(load_task("flights")).features
+    features = load_task("flights").model.features
     datamodule = datamodule_for(local.fetch(dvc_hash), features, 0)
 
     try:

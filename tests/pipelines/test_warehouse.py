@@ -24,7 +24,7 @@ from pipelines.lib.dbt import (
     dbt_project,
 )
 from pipelines.lib.warehouse import DuckDBWarehouse
-from sim.replay import land_days
+from sim.world.replay import land_days
 from tests.pipelines.conftest import source_rows, source_table
 from tests.pipelines.killing import instance_at
 

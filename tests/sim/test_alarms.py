@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim import alarms
+from sim.judge import alarms
 
 START = date(2013, 3, 1)
 DAYS = 40

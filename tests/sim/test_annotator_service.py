@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.lib.landing_zone import LocalLandingZone
-from sim.annotator_service import AnnotatorProcess, AnnotatorServiceError, folder
+from sim.world.annotator_service import AnnotatorProcess, AnnotatorServiceError, folder
 
 # Two flights of 2013-01-01 from the source (carrier and number, origin).
 FLIGHTS = ["2013-01-01_UA1545_EWR", "2013-01-01_AA1141_JFK"]

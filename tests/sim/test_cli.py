@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
+from sim.driver.cli import main
 
 OUTCOMES = {"dep_time", "dep_delay", "arr_time", "arr_delay", "air_time"}
 

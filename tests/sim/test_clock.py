@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from sim.clock import clock_path, read_clock, write_clock
+from sim.world.clock import clock_path, read_clock, write_clock
 
 
 def test_clock_is_unset_until_written(tmp_path):

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from sim.driver import POLICIES, RETRAINING_SCHEDULE, Driver
-from sim.executor import TickReport
+from sim.driver.cli import main
+from sim.driver.executor import TickReport
+from sim.driver.in_process import POLICIES, RETRAINING_SCHEDULE, Driver
 
 ARGS = ["compare", "--start", "2013-09-02", "--days", "10", "--bootstrap-days", "6"]
 ARGS += ["--trials", "1", "--max-epochs", "2", "--validation-days", "2", "--test-days", "2"]

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 LIBRARY_NOISE = """
 import logging, os, sys, warnings
 from pathlib import Path
-from sim.console import output_to_log, say
+from sim.driver.console import output_to_log, say
 with output_to_log(Path(sys.argv[1])):
     say("day 1 done")
     print("a library printing")
@@ -47,19 +47,19 @@ def test_only_the_main_jobs_lines_reach_the_terminal(tmp_path) -> None:
 
 FAILING_RUN = """
 import atexit, os, sys
-import sim.cli
+import sim.driver.cli
 # What a library prints while the interpreter shuts down (e.g. a binding's leak report).
 atexit.register(lambda: os.write(2, b"teardown noise\\n"))
-from sim.executor import RunFailedError
-from sim.console import say
+from sim.driver.executor import RunFailedError
+from sim.driver.console import say
 def run(days, start, options):
     say("[1/2 3s] 2013-01-01: daily_warehouse 3s")
     print("a library's line")
     print("dbt chatter", file=sys.stderr)
     raise RunFailedError("run abc of daily_warehouse_job (partition 2013-01-02) failed\\n"
                          "step daily_dbt_models:\\n  Database Error: boom")
-sim.cli.run = run
-sys.exit(sim.cli.main(["run", "--days", "2"]))
+sim.driver.cli.run = run
+sys.exit(sim.driver.cli.main(["run", "--days", "2"]))
 """
 
 

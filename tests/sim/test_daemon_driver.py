@@ -10,10 +10,11 @@ from datetime import date
 import dagster as dg
 import pytest
 
-import sim.daemon
-from sim.daemon import DaemonDriver
-from sim.driver import RETRAINING_JOB, RETRAINING_SCHEDULE
-from sim.executor import RunFailedError
+import sim.driver.daemon
+from pipelines.lib.runs import RETRAINING_JOB
+from sim.driver.daemon import DaemonDriver
+from sim.driver.executor import RunFailedError
+from sim.driver.in_process import RETRAINING_SCHEDULE
 
 
 class FinishingWebserver:
@@ -52,7 +53,7 @@ def driver():
 
 
 def test_each_poll_reads_only_the_runs_since_the_last_idle_moment(driver, monkeypatch):
-    monkeypatch.setattr(sim.daemon, "CLOCK_MARGIN_S", 0.0)
+    monkeypatch.setattr(sim.driver.daemon, "CLOCK_MARGIN_S", 0.0)
     first = driver.retrain("drift", date(2013, 3, 4))
     assert first[0] == RETRAINING_JOB
     time.sleep(1.1)  # SQLite records creation times to the second

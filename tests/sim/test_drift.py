@@ -7,8 +7,8 @@ from datetime import date
 import pandas as pd
 import pytest
 
-from sim.drift import PlantedDrift, parse_drift
-from sim.replay import day_files
+from sim.world.drift import PlantedDrift, parse_drift
+from sim.world.replay import day_files
 
 
 def weather(*temps: str) -> pd.DataFrame:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import stat
 
-from sim.cli import main
+from sim.driver.cli import main
 
 
 def test_env_prints_the_settings_of_a_generated_admin_and_token_kept_private(

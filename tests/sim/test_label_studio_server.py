@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.label_studio_server import (
+from sim.world.label_studio_server import (
     VERSION,
     Credentials,
     LabelStudioServerError,

@@ -15,21 +15,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.contracts import load_task
 from pipelines.labeling import (
     label_studio_tasks,
-    load_labeling_spec,
     parse_label_studio_export,
     render_json,
 )
 from pipelines.lib.landing_zone import LocalLandingZone
-from sim import nycflights
-from sim.labeling import LabelingService
+from pipelines.task import load_task
+from sim.world import nycflights
+from sim.world.annotators import LabelingService
 
 DAY1, DAY2, DAY3 = date(2013, 1, 1), date(2013, 1, 2), date(2013, 1, 3)
 SCHEDULE = ["carrier", "flight", "origin", "dest", "sched_dep_time", "sched_arr_time", "time_hour"]
 
-LABELING = load_labeling_spec(load_task("flights"))
+LABELING = load_task("flights").labeling
 
 
 @pytest.fixture(scope="module")

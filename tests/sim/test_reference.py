@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from ml.config import FeatureConfig
-from sim.reference import BaselineFits, Columns, encode, reference_sample, weekly_reference
+from sim.judge.reference import BaselineFits, Columns, encode, reference_sample, weekly_reference
 
 FEATURES = FeatureConfig(categorical=("carrier",), numeric=("x", "noise"), label="is_late")
 START = date(2013, 1, 7)  # a Monday
@@ -251,7 +251,7 @@ KILLED_PARENT = """
 import sys, time
 from datetime import date
 from ml.config import FeatureConfig
-from sim.reference import BaselineFits
+from sim.judge.reference import BaselineFits
 if __name__ == "__main__":
     fits = BaselineFits(FeatureConfig(categorical=(), numeric=("x",), label="is_late"))
     print(fits._process.pid, flush=True)

@@ -9,9 +9,9 @@ from datetime import date
 
 import pytest
 
-from pipelines.contracts import load_task
 from pipelines.lib.landing_zone import LocalLandingZone
-from sim.replay import day_files, land_days, reference_files
+from pipelines.task import load_task
+from sim.world.replay import day_files, land_days, reference_files
 
 TASK = load_task("flights")
 OUTCOMES = {"dep_time", "dep_delay", "arr_time", "arr_delay", "air_time"}

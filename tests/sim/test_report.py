@@ -12,15 +12,15 @@ import pandas as pd
 from ml.config import FeatureConfig
 from ml.metrics import auroc
 from pipelines.lib.warehouse import DuckDBWarehouse
-from sim import nycflights
-from sim.reference import PlayedFlights, fingerprint, fit_predict, reference_sample
-from sim.report import (
+from sim.judge.reference import PlayedFlights, fingerprint, fit_predict, reference_sample
+from sim.judge.report import (
     BaselinesInBackground,
     labels_per_day,
     played_flights,
     production_flights,
     weekly_auc,
 )
+from sim.world import nycflights
 
 
 def test_a_span_without_a_promoted_model_has_no_weekly_figures(tmp_path) -> None:

@@ -10,13 +10,14 @@ from pipelines.labeling.selection import REASON_COLUMN, importance_weights
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.model_spec import ModelSpec
+from pipelines.settings import retraining_default
 
 
 class DatasetConfig(dg.Config):
     """How many of the most recent labelled days are held out for validation and for test."""
 
-    validation_days: int = 7
-    test_days: int = 7
+    validation_days: int = retraining_default("FLYWHEEL_VALIDATION_DAYS")
+    test_days: int = retraining_default("FLYWHEEL_TEST_DAYS")
 
 
 def split_summary(splits: dict[str, pd.DataFrame], label: str, date_column: str) -> str:

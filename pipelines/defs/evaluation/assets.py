@@ -5,14 +5,10 @@ import json
 import dagster as dg
 import pandas as pd
 
-from ml.promotion import GateInputs, decide
+from ml.promotion import GateInputs, decide, gate_inputs_of
 from pipelines.contracts import TaskSpec
-from pipelines.defs.evaluation.report import (
-    evaluate_challenger,
-    evaluation_metadata,
-    gate_inputs,
-    log_evaluation,
-)
+from pipelines.defs.evaluation.challenger_evaluation import evaluate_challenger
+from pipelines.defs.evaluation.publishing import evaluation_metadata, log_evaluation
 from pipelines.defs.training.assets import latest_dataset
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.registry import champion, model_version, record_decision, registered_name
@@ -57,7 +53,7 @@ def build_evaluation_assets(
             tracker, warehouse, spec, dataset, challenger, current, policy, seed=0
         )
         log_evaluation(tracker, challenger, result)
-        inputs = gate_inputs(result, policy)
+        inputs = gate_inputs_of(result.evaluation, policy.gate.metric)
         return dg.MaterializeResult(
             metadata={
                 **evaluation_metadata(result, policy),

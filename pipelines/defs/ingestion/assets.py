@@ -15,7 +15,7 @@ from pipelines.defs.ingestion.checks import (
     loaded_rows,
     volume_result,
 )
-from pipelines.feed_checks import FeedChecks, baseline_days, load_feed_checks
+from pipelines.defs.ingestion.feed_checks import FeedChecks, baseline_days
 from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.lib.partitions import daily_partitions
@@ -115,5 +115,5 @@ def _baseline(days: list, checks: FeedChecks, feed: FeedSpec) -> set[str]:
 
 def build_ingestion_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:
     """One ingestion asset per feed of `task`."""
-    checks = load_feed_checks(task)
+    checks = task.feed_checks
     return [build_feed_asset(task, feed, checks) for feed in task.feeds.values()]

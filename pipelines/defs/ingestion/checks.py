@@ -18,7 +18,7 @@ import dagster as dg
 import pandas as pd
 
 from pipelines.contracts import FeedSpec, TaskSpec
-from pipelines.feed_checks import (
+from pipelines.defs.ingestion.feed_checks import (
     SEVERITY_RANK,
     FreshnessPolicy,
     FreshnessVerdict,

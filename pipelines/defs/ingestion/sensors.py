@@ -9,7 +9,6 @@ import dagster as dg
 
 from pipelines.contracts import DAILY_KEY, REFERENCE_KEY, TaskSpec
 from pipelines.defs.ingestion.checks import freshness_evaluations
-from pipelines.feed_checks import load_feed_checks
 from pipelines.lib.landing_zone import LandingZone, seen_keys, settled_changes
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
@@ -30,7 +29,7 @@ def build_landing_sensor(
     reports the daily feeds' freshness checks when their files change; evaluated every
     `interval_s` seconds at least (default 30). New files are taken once the landing zone lists
     the same files at two evaluations in a row, so a landing of several files is taken whole."""
-    freshness = load_feed_checks(task).freshness
+    freshness = task.feed_checks.freshness
 
     @dg.sensor(
         name="landing_sensor",

@@ -14,6 +14,7 @@ from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.registry import DATASET_TAG, log_baselines
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
 from pipelines.lib.tuning_workers import DatasetRef, TuningWorkers, datamodule_for
+from pipelines.settings import retraining_default
 
 # torch, Lightning and scikit-learn load in the training step only, not in every step process
 # that loads the code location.
@@ -41,16 +42,16 @@ GPU_TAGS = {
 class TrainingConfig(dg.Config):
     """What an operator may turn for one training run; everything else is an ml default."""
 
-    n_trials: int = 6
+    n_trials: int = retraining_default("FLYWHEEL_TRIALS")
     timeout_s: float | None = None
-    max_epochs: int = TrainConfig.max_epochs
+    max_epochs: int = retraining_default("FLYWHEEL_MAX_EPOCHS")
     # Networks in the challenger: the best trial's configuration trained this many times side by
     # side, from their own initialisations, and averaged (ml.models.TabularEnsemble).
-    members: int = 1
+    members: int = retraining_default("FLYWHEEL_MEMBERS")
     seed: int = 0
     # Workers on the study (processes, or pods on Kubernetes); above 1 they need an RDB storage
     # (heartbeats, retries).
-    workers: int = 1
+    workers: int = retraining_default("FLYWHEEL_TUNING_WORKERS")
     # A small dataset trains in smaller batches, so that every epoch takes at least this many
     # optimizer steps (a bootstrap's 900 training rows at a batch of 1,024 would take one).
     min_steps_per_epoch: int = 32

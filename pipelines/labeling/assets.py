@@ -1,0 +1,95 @@
+"""Labeling assets: export a day's chosen flights to annotators, import the labels returned."""
+
+import dagster as dg
+
+from pipelines.contracts import TaskSpec
+from pipelines.ingestion import ensure_raw_tables
+from pipelines.labeling.export_import import export_day, import_day
+from pipelines.labeling.label_exchange import LabelExchange
+from pipelines.lib.partitions import daily_partitions
+from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
+from pipelines.model_spec import ModelSpec
+
+GROUP = "labeling"
+
+
+class LabelSelectionConfig(dg.Config):
+    """How many of a day's flights go to labeling, and what share of them is a random audit."""
+
+    budget: int = 150
+    # The audit share is the unbiased sample evaluation and performance monitoring rely on.
+    audit_share: float = 0.4
+
+
+def build_labeling_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefinition]:
+    """The label-task export (by landing day) and the label import (by delivery day)."""
+    labeling = task.labeling
+
+    @dg.asset(
+        name=task.label_tasks_table,
+        group_name=GROUP,
+        partitions_def=daily_partitions(task),
+        deps=[spec.features_table],
+        pool=WAREHOUSE_POOL,
+        kinds={"sql", "json"},
+    )
+    def label_tasks(
+        context: dg.AssetExecutionContext,
+        config: LabelSelectionConfig,
+        warehouse: Warehouse,
+        label_exchange: LabelExchange,
+    ) -> dg.MaterializeResult:
+        """Choose the day's examples to label and publish them as a Label Studio batch."""
+        with warehouse.connect() as con:
+            ensure_raw_tables(con, task)
+            report = export_day(
+                con,
+                label_exchange,
+                task,
+                spec,
+                labeling,
+                context.partition_key,
+                config.budget,
+                config.audit_share,
+            )
+        return dg.MaterializeResult(
+            metadata={
+                "dagster/row_count": sum(report.reasons.values()),
+                "batch_id": report.batch_id,
+                "published_to": report.where,
+                "candidates": report.candidates,
+                "scored_candidates": report.scored,
+                "drift_flagged_segments": report.flagged_segments,
+                "reasons": report.reasons,
+            }
+        )
+
+    @dg.asset(
+        name=task.labels_table,
+        group_name=GROUP,
+        partitions_def=daily_partitions(task),
+        # No edge from label_tasks: the import only looks exported tasks up to validate answers.
+        # Labels feed the features that choose later tasks, a loop in time that the asset graph
+        # cannot draw; the labels themselves come from the inbox.
+        pool=WAREHOUSE_POOL,
+        kinds={"sql", "json"},
+    )
+    def flight_labels(
+        context: dg.AssetExecutionContext, warehouse: Warehouse, label_exchange: LabelExchange
+    ) -> dg.MaterializeResult:
+        """Import the day's delivered labels: validated, first answer wins, bad ones quarantined."""
+        with warehouse.connect() as con:
+            ensure_raw_tables(con, task)
+            report = import_day(con, label_exchange, task, labeling, context.partition_key)
+        if report.rejected:
+            context.log.warning(f"{report.rejected} label items quarantined: {report.reasons}")
+        return dg.MaterializeResult(
+            metadata={
+                "dagster/row_count": report.accepted,
+                "files": report.files,
+                "items_quarantined": report.rejected,
+                "quarantine_reasons": report.reasons,
+            }
+        )
+
+    return [label_tasks, flight_labels]

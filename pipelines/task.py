@@ -1,0 +1,60 @@
+"""The task: one YAML file under `pipelines/tasks/` (or a path), read once into one typed object.
+
+`load_task` is the only reader of a task's YAML. Each section has its own parser beside the code
+that uses it (`contracts` for the feeds and partitions, `model_spec`, `labeling.spec`, `policy`
+for monitoring and promotion, `feed_checks`); an unknown section is an error, so a misspelt one
+is never silently ignored. The task the code location serves is `FLYWHEEL_TASK` (the settings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from pipelines.contracts import TaskSpec, read_contracts
+from pipelines.defs.ingestion.feed_checks import FeedChecks, parse_feed_checks
+from pipelines.labeling.spec import LabelingSpec, parse_labeling_spec
+from pipelines.model_spec import ModelSpec, parse_model_spec
+from pipelines.policy import MonitoringPolicy, PromotionPolicy, parse_policies
+from pipelines.settings import TASK_NAME
+
+SECTIONS = (
+    "task",
+    "partitions",
+    "null_values",
+    "feeds",
+    "labels",
+    "model",
+    "monitoring",
+    "promotion",
+    "checks",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task(TaskSpec):
+    """A task: its landing contracts (the `TaskSpec` fields) and every other section, parsed."""
+
+    model: ModelSpec
+    labeling: LabelingSpec
+    monitoring: MonitoringPolicy
+    promotion: PromotionPolicy
+    feed_checks: FeedChecks
+
+
+def load_task(name_or_path: str | Path | None = None) -> Task:
+    """The task named (a file `pipelines/tasks/<name>.yaml`), or the YAML file at a path;
+    default: the task the settings name. A section missing, unknown or wrong is a ValueError
+    naming the file and the section."""
+    contracts = read_contracts(name_or_path or TASK_NAME.value())
+    if unknown := sorted(set(contracts.sections) - set(SECTIONS)):
+        raise ValueError(f"{contracts.path}: unknown sections {unknown}; known: {list(SECTIONS)}")
+    monitoring, promotion = parse_policies(contracts)
+    return Task(
+        **{f.name: getattr(contracts, f.name) for f in fields(TaskSpec)},
+        model=parse_model_spec(contracts),
+        labeling=parse_labeling_spec(contracts),
+        monitoring=monitoring,
+        promotion=promotion,
+        feed_checks=parse_feed_checks(contracts),
+    )

@@ -1,0 +1,360 @@
+"""`flywheel-sim`: advance the simulated clock, landing each day's production files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from datetime import date, timedelta
+from pathlib import Path
+
+from tqdm import tqdm
+
+from pipelines.resources import label_exchange, landing_zone
+from pipelines.settings import (
+    ENVIRONMENTS,
+    LABEL_STUDIO_URL,
+    flywheel_home,
+    retraining_default,
+)
+from pipelines.task import load_task
+from sim.driver.budget import play_options
+from sim.driver.console import log_path, output_to_log, say
+from sim.driver.daemon import DaemonDriveError
+from sim.driver.executor import RunFailedError
+from sim.driver.in_process import POLICIES
+from sim.driver.main_job import RunOptions, UsageError, days_to_play, run
+from sim.world.annotator_service import AnnotatorServiceError, serve
+from sim.world.annotators import annotators_for
+from sim.world.clock import read_clock, write_clock
+from sim.world.drift import PlantedDrift, parse_drift
+from sim.world.label_studio_server import VERSION as LABEL_STUDIO_VERSION
+from sim.world.label_studio_server import LabelStudioServerError, LocalLabelStudio
+from sim.world.replay import day_bounds, land_days
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _iso_day(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a date as YYYY-MM-DD, got {text!r}") from None
+
+
+def _drift(text: str) -> PlantedDrift:
+    try:
+        return parse_drift(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _policies(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names or len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name each policy once, of {', '.join(POLICIES)}"
+        )
+    return names
+
+
+def _default(name: str) -> str:
+    return f"{name}, {retraining_default(name)}"
+
+
+def _play_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `run` and `compare` share: the days, the first model and the retraining budget."""
+    parser.add_argument("--days", type=_positive_int, required=True, help="how many days")
+    parser.add_argument(
+        "--bootstrap-days",
+        type=_positive_int,
+        default=RunOptions.bootstrap_days,
+        help="days before the first model",
+    )
+    parser.add_argument(
+        "--trials",
+        type=_positive_int,
+        help=f"tuning trials per retraining ({_default('FLYWHEEL_TRIALS')})",
+    )
+    parser.add_argument(
+        "--max-epochs",
+        type=_positive_int,
+        help=f"epochs per trial ({_default('FLYWHEEL_MAX_EPOCHS')})",
+    )
+    parser.add_argument(
+        "--members",
+        type=_positive_int,
+        help=f"networks averaged in each challenger ({_default('FLYWHEEL_MEMBERS')})",
+    )
+    parser.add_argument(
+        "--drift", type=_drift, help="plant a drift, e.g. celsius@2013-11-01 (weather in Celsius)"
+    )
+    parser.add_argument(
+        "--validation-days",
+        type=_positive_int,
+        help="latest labelled days each retraining holds out to validate on, before its test "
+        f"({_default('FLYWHEEL_VALIDATION_DAYS')})",
+    )
+    parser.add_argument(
+        "--test-days",
+        type=_positive_int,
+        help="latest labelled days each retraining holds out to test on "
+        f"({_default('FLYWHEEL_TEST_DAYS')})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: `advance`, `run`, `compare`, `label-studio`, `annotators`, `status`."""
+    parser = argparse.ArgumentParser(prog="flywheel-sim", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    advance = commands.add_parser("advance", help="land the next days' production files")
+    advance.add_argument("--days", type=_positive_int, required=True, help="how many days")
+    advance.add_argument(
+        "--start", type=_iso_day, help="first day to land (default: the day after the clock)"
+    )
+    advance.add_argument("--env", choices=ENVIRONMENTS, help="default: FLYWHEEL_ENV or local")
+    run = commands.add_parser(
+        "run", help="the main job: land day by day and run the pipeline as its sensors ask"
+    )
+    run.add_argument("--start", type=_iso_day, help="first day (default: the day after the clock)")
+    _play_arguments(run)
+    run.add_argument(
+        "--policy",
+        choices=list(POLICIES),
+        default="flywheel",
+        help="the retraining triggers on after the first model: flywheel (default: both "
+        "sensors and the weekly schedule), static (none), weekly, drift or performance",
+    )
+    run.add_argument("--report-dir", type=Path, help="default: $FLYWHEEL_HOME/report")
+    run.add_argument(
+        "--no-baselines",
+        dest="baselines",
+        action="store_false",
+        help="do not train the report's same-budget reference and all-labels ceiling",
+    )
+    run.add_argument(
+        "--brief",
+        action="store_true",
+        help="print the report's path only, not its headline figures",
+    )
+    run.add_argument(
+        "--pool-wait",
+        type=_positive_int,
+        default=600,
+        help="seconds a run waits for a pool slot another live run holds before it fails",
+    )
+    run.add_argument(
+        "--daemon",
+        action="store_true",
+        help="drive the days through the running stack's Dagster daemon (make stack-up), a "
+        "process per run, instead of in process",
+    )
+    run.add_argument(
+        "--daemon-timeout",
+        type=_positive_int,
+        default=1800,
+        help="with --daemon: seconds to wait for the pipeline to be idle before failing",
+    )
+    run.add_argument(
+        "--labeling",
+        choices=("files", "label-studio"),
+        help="where labeling tasks go: the outbox/inbox files (default), or Label Studio, "
+        "FLYWHEEL_LABEL_STUDIO_URL's or else the local one (flywheel-sim label-studio start)",
+    )
+    compare = commands.add_parser(
+        "compare",
+        help="play the same days under several retraining policies, each in its own state "
+        "folder, and write one report",
+    )
+    compare.add_argument("--start", type=_iso_day, required=True, help="first day")
+    _play_arguments(compare)
+    compare.add_argument(
+        "--policies",
+        type=_policies,
+        default=list(POLICIES),
+        help=f"comma-separated, of {', '.join(POLICIES)} (default: all)",
+    )
+    compare.add_argument(
+        "--out",
+        type=Path,
+        help="the policies' state folders and the report (default: $FLYWHEEL_HOME/compare)",
+    )
+    studio = commands.add_parser(
+        "label-studio",
+        help="a local Label Studio under $FLYWHEEL_HOME/label-studio: install, start, stop, env",
+    )
+    studio.add_argument("action", choices=("install", "start", "stop", "env"))
+    studio.add_argument("--port", type=_positive_int, default=8080, help="default: 8080")
+    commands.add_parser(
+        "annotators",
+        help="the simulated annotators as a service: answer the days the main job asks for",
+    )
+    status = commands.add_parser("status", help="show the clock and the landing zone")
+    status.add_argument("--env", choices=ENVIRONMENTS, help="default: FLYWHEEL_ENV or local")
+    return parser
+
+
+def advance(days: int, start: date | None = None, env: str | None = None) -> int:
+    """Land `days` days from `start` (default: the day after the clock) and move the clock."""
+    span = days_to_play(days, start)
+    if not span:
+        return 0
+    home = flywheel_home()
+    zone = landing_zone(env)
+    with tqdm(total=len(span), unit="day", desc="landing") as bar:
+        report = land_days(zone, span, load_task(), on_day=lambda day: bar.update(1))
+    clock = read_clock(home)
+    clock = max(clock, span[-1]) if clock else span[-1]
+    write_clock(home, clock)
+    print(
+        f"landed {len(report.days)} days ({span[0]}..{span[-1]}) into {zone.uri}: "
+        f"{report.written} files written, {report.unchanged} unchanged, "
+        f"{report.flights_rows:,} flights rows; clock at {clock}"
+    )
+    return 0
+
+
+def status(env: str | None = None) -> int:
+    """Print the clock and where the landing zone is."""
+    task = load_task()
+    first, last = day_bounds(task)
+    clock = read_clock(flywheel_home())
+    upcoming = clock + timedelta(days=1) if clock else first
+    following = f"next day {upcoming}" if upcoming <= last else f"finished ({last} landed)"
+    print(f"clock: {clock or 'not started'} ({following}; task {task.name} {first}..{last})")
+    print(f"landing zone: {landing_zone(env).uri}")
+    return 0
+
+
+def run_logged(days: int, start: date | None, options: RunOptions) -> int:
+    """The main job with one line a day on the terminal and every library's output in a log
+    file; a failed run prints its failing steps' errors and the log's path, and exits 1."""
+    log = log_path(flywheel_home())
+    say(f"logs (Dagster, dbt, training): {log}")
+    # The command ends the process: what libraries print while it shuts down goes to the log too.
+    with output_to_log(log, restore=False):
+        try:
+            return run(days, start, options)
+        except (RunFailedError, DaemonDriveError, AnnotatorServiceError) as e:
+            say(f"error: {e}", error=True)
+            return 1
+        except Exception:
+            # Anything else is a defect: its traceback in full, on the terminal as well.
+            say(f"error: {traceback.format_exc()}", error=True)
+            return 1
+        finally:
+            say(f"logs: {log}")
+
+
+def compare_policies(args: argparse.Namespace) -> int:
+    """`flywheel-sim compare`: every policy's main job, then the comparison's report."""
+    from sim.driver.compare import PolicyFailedError, compare
+
+    options = play_options(args)
+    days_to_play(args.days, args.start)  # a start outside the task is a usage error
+    out = (args.out or flywheel_home() / "compare").resolve()
+    try:
+        markdown, summary = compare(args.days, args.start, options, args.policies, out)
+    except PolicyFailedError as e:
+        say(f"error: {e}", error=True)
+        return 1
+    say(summary.to_markdown(index=False, floatfmt=".3f"))
+    say(f"report: {markdown} and {markdown.parent / 'weekly_auc.png'}")
+    say(f"see a policy's runs and assets: make dev FLYWHEEL_HOME={out}/<policy>")
+    return 0
+
+
+def label_studio(action: str, port: int) -> int:
+    """`flywheel-sim label-studio install|start|stop|env`: what it does on standard error, the
+    settings as `export` lines on standard output (eval "$(flywheel-sim label-studio start)")."""
+
+    def note(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    server = LocalLabelStudio(flywheel_home() / "label-studio", port)
+    try:
+        if action == "install":
+            note(f"installing label-studio {LABEL_STUDIO_VERSION} into {server.venv}")
+            server.install()
+            note(f"installed: {server.executable}")
+        elif action == "stop":
+            note("stopped" if server.stop() else "Label Studio was not running")
+        else:
+            if action == "start":
+                note(f"starting Label Studio on {server.url} (log: {server.log})")
+            creds = server.start() if action == "start" else server.credentials()
+            note(
+                f"Label Studio: {creds.url} (admin {creds.username}, password in "
+                f"{server.credentials_file})"
+            )
+            for name, value in creds.environment().items():
+                print(f"export {name}={value}")
+    except LabelStudioServerError as e:
+        note(f"error: {e}")
+        return 1
+    return 0
+
+
+def use_label_studio(daemon: bool) -> None:
+    """Point the pipeline at Label Studio: FLYWHEEL_LABEL_STUDIO_URL's, else the local one,
+    started if it is not running."""
+    os.environ["FLYWHEEL_LABELING"] = "label-studio"
+    if LABEL_STUDIO_URL.get():
+        return
+    if daemon:
+        raise UsageError(
+            "--labeling label-studio with --daemon needs the stack started with its settings: "
+            "eval $(flywheel-sim label-studio start), then make stack-up"
+        )
+    server = LocalLabelStudio(flywheel_home() / "label-studio")
+    say(f"starting the local Label Studio on {server.url} (log: {server.log})")
+    try:
+        os.environ.update(server.start().environment())
+    except LabelStudioServerError as e:
+        raise UsageError(str(e)) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; argparse exits with status 2 on a bad command line."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "advance":
+            return advance(args.days, args.start, args.env)
+        if args.command == "label-studio":
+            return label_studio(args.action, args.port)
+        if args.command == "run":
+            if args.labeling == "label-studio":
+                use_label_studio(args.daemon)
+            elif args.labeling == "files":
+                os.environ["FLYWHEEL_LABELING"] = "files"
+            options = play_options(
+                args,
+                report_dir=args.report_dir,
+                pool_wait_s=args.pool_wait,
+                daemon=args.daemon,
+                daemon_timeout_s=args.daemon_timeout,
+                policy=args.policy,
+                baselines=args.baselines,
+                brief=args.brief,
+            )
+            return run_logged(args.days, args.start, options)
+        if args.command == "compare":
+            return compare_policies(args)
+        if args.command == "annotators":
+            serve(flywheel_home(), annotators_for(label_exchange(), latency_days=1))
+            return 0
+        return status(args.env)
+    except UsageError as e:
+        parser.error(str(e))

@@ -1,0 +1,103 @@
+"""Production traffic replay: the files a simulated day sends to the landing zone.
+
+Each daily feed of the task gets one file per day and each reference feed one file, with exactly
+the contract's columns in contract order. Outcomes (actual times, delays, cancellations) are not
+in any contract, so they never land: they are held back for the labeling service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import date
+
+import pandas as pd
+
+from pipelines.contracts import FeedSpec, TaskSpec
+from pipelines.lib.landing_zone import LandingZone
+from pipelines.task import load_task
+from sim.world import nycflights
+from sim.world.drift import Transform
+
+
+@dataclass
+class LandingReport:
+    """What landing some days did: files written, files already identical, flights rows."""
+
+    days: list[date] = field(default_factory=list)
+    written: int = 0
+    unchanged: int = 0
+    flights_rows: int = 0
+
+    def record(self, zone: LandingZone, files: dict[str, bytes]) -> None:
+        """Write `files` to `zone`, counting which ones changed."""
+        for key, data in files.items():
+            if zone.write_bytes(key, data):
+                self.written += 1
+            else:
+                self.unchanged += 1
+
+
+def render_csv(frame: pd.DataFrame, feed: FeedSpec) -> bytes:
+    """A feed's CSV bytes: header, the contract columns in contract order, empty for missing."""
+    missing = [c for c in feed.column_names if c not in frame.columns]
+    if missing:
+        raise KeyError(f"the source has no columns {missing} for feed {feed.name!r}")
+    return frame.to_csv(columns=feed.column_names, index=False, lineterminator="\n").encode()
+
+
+def day_bounds(task: TaskSpec) -> tuple[date, date]:
+    """The first and the last day (inclusive) the task's daily feeds cover."""
+    first = date.fromisoformat(task.start_date)
+    last = date.fromordinal(date.fromisoformat(task.end_date).toordinal() - 1)
+    return first, last
+
+
+def day_files(
+    day: date, task: TaskSpec | None = None, drift: Transform | None = None
+) -> dict[str, bytes]:
+    """The landing key and bytes of every daily feed's file for `day` (with planted drift)."""
+    task = task or load_task()
+    first, last = day_bounds(task)
+    if not first <= day <= last:
+        raise ValueError(f"{day} is outside task {task.name!r} ({first} to {last})")
+    source = nycflights.load()
+    files = {}
+    for feed in task.daily_feeds:
+        frame = source.day(feed.name, day)
+        if drift is not None:
+            frame = drift(feed.name, day, frame)
+        files[feed.landing_key(day)] = render_csv(frame, feed)
+    return files
+
+
+def reference_files(task: TaskSpec | None = None) -> dict[str, bytes]:
+    """The landing key and bytes of every reference feed's file."""
+    task = task or load_task()
+    source = nycflights.load()
+    return {
+        feed.landing_key(): render_csv(source.table(feed.name), feed)
+        for feed in task.reference_feeds
+    }
+
+
+def land_days(
+    zone: LandingZone,
+    days: Iterable[date],
+    task: TaskSpec | None = None,
+    on_day: Callable[[date], None] | None = None,
+    drift: Transform | None = None,
+) -> LandingReport:
+    """Land the reference files, then each day's files; identical files are left as they are."""
+    task = task or load_task()
+    report = LandingReport()
+    report.record(zone, reference_files(task))
+    for day in days:
+        files = day_files(day, task, drift)
+        report.record(zone, files)
+        report.days.append(day)
+        if "flights" in task.feeds:
+            report.flights_rows += nycflights.load().day("flights", day).shape[0]
+        if on_day is not None:
+            on_day(day)
+    return report
