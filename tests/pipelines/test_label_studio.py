@@ -288,7 +288,7 @@ def test_a_label_studio_that_is_down_fails_the_run_whole_and_the_next_run_catche
 KILLED = """
 import os, signal, sys
 import duckdb
-from pipelines.labeling import exchange as module
+from pipelines.labeling import export_import as module
 from pipelines.labeling.label_exchange import LabelStudioExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
