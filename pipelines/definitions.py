@@ -128,7 +128,7 @@ def build_definitions(
             performance_sensor,
             build_missed_retry_sensor(jobs),
         ],
-        resources={**build_resources(env), **(resources or {})},
+        resources={**build_resources(env, task.name), **(resources or {})},
         # A run's steps run in the run's own process (a pod on Kubernetes), one after the other:
         # the warehouse pool runs them one at a time anyway, and a process per step would load
         # the code location again before each, seconds of imports for steps that take less.

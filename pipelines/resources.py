@@ -8,6 +8,8 @@ location and secret comes from environment variables.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
@@ -81,11 +83,11 @@ def label_store(env: str | None = None) -> LandingZone:
     return _file_store(env, "labeling")
 
 
-def label_exchange(env: str | None = None, task: str = "flights") -> LabelExchange:
+def label_exchange(env: str | None = None, task: str | None = None) -> LabelExchange:
     """Where labeling tasks go and annotations come from (FLYWHEEL_LABELING): the label store's
     outbox and inbox files (`files`, the default), or a Label Studio server (`label-studio`:
-    FLYWHEEL_LABEL_STUDIO_URL, _TOKEN, and _PROJECT, default `flywheel-<task>`), whose
-    deliveries land in the label store's inbox."""
+    FLYWHEEL_LABEL_STUDIO_URL, _TOKEN, and _PROJECT, default `flywheel-<task>`, the task
+    FLYWHEEL_TASK names unless `task` does), whose deliveries land in the label store's inbox."""
     store = label_store(env)
     if labeling_backend() == "files":
         return FileLabelExchange(store=store)
@@ -98,7 +100,7 @@ def label_exchange(env: str | None = None, task: str = "flights") -> LabelExchan
     return LabelStudioExchange(
         url=settings.LABEL_STUDIO_URL.required(),
         token=settings.LABEL_STUDIO_TOKEN.required(),
-        project_title=settings.LABEL_STUDIO_PROJECT.get() or f"flywheel-{task}",
+        project_title=settings.LABEL_STUDIO_PROJECT.get() or per_task(task),
         store=store,
     )
 
@@ -145,8 +147,18 @@ def tuning_workers(env: str) -> TuningWorkers:
     )
 
 
-def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource]:
-    """Every resource of the code location, keyed by role, for `env`."""
+def per_task(task: str | None = None) -> str:
+    """The name of what each task has its own of (the MLflow experiment, the Label Studio
+    project): `flywheel-<task>`, the task FLYWHEEL_TASK names unless `task` does. A task given
+    as a YAML path is named by its file."""
+    return f"flywheel-{Path(task or settings.TASK_NAME.value()).stem}"
+
+
+def build_resources(
+    env: str | None = None, task: str | None = None
+) -> dict[str, dg.ConfigurableResource]:
+    """Every resource of the code location, keyed by role, for `env` and `task` (default: the
+    one FLYWHEEL_TASK names)."""
     # dbt and MLflow are imported here, not at module level: the simulator imports this module
     # for the landing zone and should not pay for parsing the dbt project or importing MLflow.
     from pipelines.lib.tracking import tracker_resource, tuning_storage
@@ -155,9 +167,9 @@ def build_resources(env: str | None = None) -> dict[str, dg.ConfigurableResource
     return {
         "landing_zone": landing_zone(env),
         "label_store": label_store(env),
-        "label_exchange": label_exchange(env),
+        "label_exchange": label_exchange(env, task),
         "dataset_store": dataset_store(env),
-        "tracker": tracker_resource(env, flywheel_home()),
+        "tracker": tracker_resource(env, flywheel_home(), per_task(task)),
         "tuning_storage": tuning_storage(env, flywheel_home()),
         "tuning_workers": tuning_workers(env),
         **warehouse_resources(env),

@@ -45,7 +45,8 @@ class MlflowTracker(dg.ConfigurableResource):
 
     tracking_uri: str
     registry_uri: str | None = None
-    experiment: str = "flywheel-flights"
+    # One per task (pipelines.resources: `flywheel-<task>`).
+    experiment: str = "flywheel"
     # Used only when the experiment is created; a tracking server chooses its own otherwise.
     artifact_location: str | None = None
     _reachable: bool = PrivateAttr(default=False)
@@ -226,15 +227,17 @@ def git_commit(repo: Path = REPO_ROOT) -> str:
     return result.stdout.strip() if result.returncode == 0 else "unknown"
 
 
-def tracker_resource(env: str, home: Path) -> MlflowTracker:
-    """The tracker of `env`: a SQLite store under `home` locally, `MLFLOW_TRACKING_URI` in prod."""
+def tracker_resource(env: str, home: Path, experiment: str = "flywheel") -> MlflowTracker:
+    """The tracker of `env`, its runs in `experiment`: a SQLite store under `home` locally,
+    `MLFLOW_TRACKING_URI` in prod."""
     if env == "local":
         root = home / "mlflow"
         return MlflowTracker(
             tracking_uri=f"{SQLITE_PREFIX}{root / 'mlflow.db'}",
             artifact_location=(root / "artifacts").as_uri(),
+            experiment=experiment,
         )
-    return MlflowTracker(tracking_uri=dg.EnvVar(TRACKING_SETTING))
+    return MlflowTracker(tracking_uri=dg.EnvVar(TRACKING_SETTING), experiment=experiment)
 
 
 def _probe_server(uri: str, timeout_s: float) -> None:
