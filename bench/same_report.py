@@ -50,7 +50,8 @@ def tool(name: str) -> str:
 
 def own_state(home: Path, code: Path) -> dict[str, str]:
     """The environment of one side: its home, Dagster instance and DVC repository, on the
-    embedded defaults."""
+    embedded defaults. (The main job's own `own_state` is not imported: where it lives differs
+    between the revisions compared.)"""
     dagster_home, data = home / "dagster", home / "checkout" / "data"
     dagster_home.mkdir(parents=True)
     shutil.copy(code / "deploy" / "dagster.yaml", dagster_home / "dagster.yaml")
