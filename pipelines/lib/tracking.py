@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 
 SQLITE_PREFIX = "sqlite:///"
+# The experiment of a tracker given none; the code location gives each task its own
+# (pipelines.resources.per_task).
+DEFAULT_EXPERIMENT = "flywheel"
 # Where the prod locations come from (tracker_resource, tuning_storage), named in errors.
 TRACKING_SETTING = TRACKING_URI.name
 STORAGE_SETTING = OPTUNA_STORAGE.name
@@ -45,8 +48,7 @@ class MlflowTracker(dg.ConfigurableResource):
 
     tracking_uri: str
     registry_uri: str | None = None
-    # One per task (pipelines.resources: `flywheel-<task>`).
-    experiment: str = "flywheel"
+    experiment: str = DEFAULT_EXPERIMENT
     # Used only when the experiment is created; a tracking server chooses its own otherwise.
     artifact_location: str | None = None
     _reachable: bool = PrivateAttr(default=False)
@@ -227,7 +229,7 @@ def git_commit(repo: Path = REPO_ROOT) -> str:
     return result.stdout.strip() if result.returncode == 0 else "unknown"
 
 
-def tracker_resource(env: str, home: Path, experiment: str = "flywheel") -> MlflowTracker:
+def tracker_resource(env: str, home: Path, experiment: str = DEFAULT_EXPERIMENT) -> MlflowTracker:
     """The tracker of `env`, its runs in `experiment`: a SQLite store under `home` locally,
     `MLFLOW_TRACKING_URI` in prod."""
     if env == "local":
