@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The main job: the 275 days from April 1. April's first three weeks of labels train the first
+# The simulation: the 275 days from April 1. April's first three weeks of labels train the first
 # model, then production runs from April 22 through the summer's delays, September's low late rate
 # and the December drift (docs/benchmarks.md: how long it takes). START, DAYS and BOOTSTRAP_DAYS
 # choose another span; all of 2013, the first model after January: START=2013-01-01 DAYS=365
@@ -14,7 +14,7 @@ START ?= 2013-04-01
 BOOTSTRAP_DAYS ?= 21
 RUN_ARGS ?=
 # `make compare`: the same days under each retraining policy (static, weekly, drift, performance,
-# flywheel), each a main job of its own; November and December by default (docs/benchmarks.md).
+# flywheel), each a simulation of its own; November and December by default (docs/benchmarks.md).
 COMPARE_START ?= 2013-11-01
 COMPARE_DAYS ?= 61
 
@@ -88,7 +88,7 @@ stack-down: setup
 stack-status: setup
 	$(PY) -m deploy.stack status
 
-# The main job driven by the stack's daemon (a process per run), with the stack's settings (its
+# The simulation driven by the stack's daemon (a process per run), with the stack's settings (its
 # stack.env). The stack must be up, started with held-out windows the bootstrap days can hold,
 # e.g. `FLYWHEEL_VALIDATION_DAYS=1 FLYWHEEL_TEST_DAYS=1 FLYWHEEL_TRIALS=1 FLYWHEEL_MAX_EPOCHS=2
 # make stack-up` (docs/deployment.md).
@@ -103,7 +103,7 @@ stack-flywheel: setup
 dev: setup
 	$(VENV)/bin/dagster dev -w workspace.yaml
 
-# The Dagster UI's screenshots in docs/images/, from a short main job in a throwaway state; needs
+# The Dagster UI's screenshots in docs/images/, from a short simulation in a throwaway state; needs
 # Chromium (apt-get install chromium) and installs Playwright's package on first use
 # (deploy/screenshots.py).
 docs-screenshots: setup

@@ -2,7 +2,7 @@
 
     python -m bench.alarm_ceiling --home DIR [--boot 100]
 
-Reads a finished main job's state (its FLYWHEEL_HOME). The report judges each retraining on every
+Reads a finished simulation's state (its FLYWHEEL_HOME). The report judges each retraining on every
 flight of the 14 days after its event day (sim.judge.alarms: its challenger's AUC minus the
 champion's). The loop itself only ever learns the outcomes of the flights it labels. Here each
 retraining is judged again the same way on those flights alone: all the labelled flights of the
@@ -131,7 +131,7 @@ def main() -> None:
     from sim.judge.report import production_flights, resource, retrainings, version_scores
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--home", type=Path, required=True, help="a finished main job's state")
+    parser.add_argument("--home", type=Path, required=True, help="a finished simulation's state")
     parser.add_argument("--boot", type=int, default=100, help="bootstrap resamples a gain")
     args = parser.parse_args()
     defs, (first, last) = played_state(args.home.resolve())

@@ -2,7 +2,7 @@
 
     python -m bench.alarm_signals --home DIR [--shuffles 300]
 
-Reads a finished main job's state (its FLYWHEEL_HOME). Every retraining is judged as the report
+Reads a finished simulation's state (its FLYWHEEL_HOME). Every retraining is judged as the report
 judges it (sim.judge.alarms: its challenger's production AUC over the 14 days after its event day,
 minus the champion's). Beside it, what the drift sensor saw that day (`monitoring_feature_drift`:
 the PSI and KS of each feature, and the PSI of the champion's scores, against the champion's
@@ -44,7 +44,7 @@ MIN_SCORED = 1000  # fewer of the champion's scores in a window: no estimate
 
 
 def played_state(home: Path) -> tuple[Any, tuple[Any, Any]]:
-    """The code location on a finished main job's state (its FLYWHEEL_HOME) and its production
+    """The code location on a finished simulation's state (its FLYWHEEL_HOME) and its production
     period."""
     os.environ.update(FLYWHEEL_HOME=str(home), DAGSTER_HOME=str(home / "dagster"))
     os.environ.pop("FLYWHEEL_WAREHOUSE_PATH", None)
@@ -58,7 +58,7 @@ def played_state(home: Path) -> tuple[Any, tuple[Any, Any]]:
 
 
 def played_report(home: Path) -> tuple[Any, Any]:
-    """The code location and the report of a finished main job's state: its retrainings judged
+    """The code location and the report of a finished simulation's state: its retrainings judged
     by the report's rules, no baselines fitted."""
     defs, production = played_state(home)
     import dagster as dg
@@ -189,7 +189,7 @@ def main() -> None:
     from sim.judge.alarms import WORTH
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--home", type=Path, required=True, help="a finished main job's state")
+    parser.add_argument("--home", type=Path, required=True, help="a finished simulation's state")
     parser.add_argument("--shuffles", type=int, default=300, help="permutations of the gains")
     args = parser.parse_args()
     runs, drift, scores = judged_retrainings(args.home.resolve())

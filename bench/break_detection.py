@@ -2,7 +2,7 @@
 
     python -m bench.break_detection --home DIR [--days-before 14]
 
-Reads the features of every flight a finished main job built (its FLYWHEEL_HOME's warehouse,
+Reads the features of every flight a finished simulation built (its FLYWHEEL_HOME's warehouse,
 ideally a whole year). Each day is compared with the `--days-before` days before it, with the
 monitoring's own statistics (ml.drift: PSI and KS per feature, the features the task's
 `monitoring` section watches). Then the same day as the first day of a planted unit change (the
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ml.drift import build_reference, feature_drift
+from ml.drift import build_training_profile, feature_drift
 
 CONVERTED = ("temp", "dewp")
 RULES = [("ks", 1, x) for x in (0.9, 0.95, 0.99)] + [("ks", 2, x) for x in (0.7, 0.8, 0.9, 0.95)]
@@ -41,8 +41,8 @@ def statistics(home: Path, days_before: int) -> tuple[pd.DataFrame, pd.DataFrame
     from sim.judge.report import resource
 
     task = load_task()
-    features, policy = task.model.features, task.monitoring
-    skip = set(policy.exclude_features) | {"scheduled_weekday"}  # one weekday against a week
+    features, monitoring = task.model.features, task.monitoring
+    skip = set(monitoring.exclude_features) | {"scheduled_weekday"}  # one weekday against a week
     categorical = [c for c in features.categorical if c not in skip]
     numeric = [c for c in features.numeric if c not in skip]
     flights = resource(defs, "warehouse").query(
@@ -56,7 +56,7 @@ def statistics(home: Path, days_before: int) -> tuple[pd.DataFrame, pd.DataFrame
         day = by_day[days[i]]
         if day[list(CONVERTED)].isna().all().all():
             continue  # no weather that day (2013-12-31): nothing to convert
-        profile = build_reference(before, categorical, numeric)
+        profile = build_training_profile(before, categorical, numeric)
         ordinary.append(feature_drift(profile, day).assign(day=days[i]))
         converted.append(feature_drift(profile, celsius(day)).assign(day=days[i]))
         if (i + 1) % 50 == 0:
@@ -83,7 +83,7 @@ def rule_table(ordinary: pd.DataFrame, converted: pd.DataFrame) -> pd.DataFrame:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--home", type=Path, required=True, help="a finished main job's state")
+    parser.add_argument("--home", type=Path, required=True, help="a finished simulation's state")
     parser.add_argument("--days-before", type=int, default=14, help="the days a day is set against")
     args = parser.parse_args()
     ordinary, converted = statistics(args.home.resolve(), args.days_before)

@@ -2,7 +2,7 @@
 
     python -m bench.day_cost --start 2013-01-01 --days 10 --bootstrap-days 6 --before REF
 
-Plays the main job (the same code as `make flywheel`) on the same days twice, one after the
+Plays the simulation (the same code as `make flywheel`) on the same days twice, one after the
 other, each in a fresh FLYWHEEL_HOME: once with the code at git revision REF (checked out in a
 temporary worktree; its dbt project parsed there) and once with the working tree. Then reads
 each Dagster instance and prints, per simulated day, where the seconds went: each step of the
@@ -36,7 +36,7 @@ DAILY_JOBS = (
     "daily_warehouse_job",
     "label_export_job",
     "label_import_job",
-    "reference_warehouse_job",
+    "dimension_warehouse_job",
 )
 
 
@@ -73,7 +73,7 @@ def play(code: Path, home: Path, args: argparse.Namespace) -> tuple[float, dict[
     command += ["--days", str(args.days), "--bootstrap-days", str(args.bootstrap_days)]
     command += ["--trials", str(args.trials), "--max-epochs", str(args.max_epochs)]
     command += ["--validation-days", "2", "--test-days", "2", "--report-dir", str(home / "rep")]
-    log = home / "main_job.log"
+    log = home / "simulation.log"
     print(f"  playing {args.days} days with the code in {code} (output: {log})", flush=True)
     began = time.monotonic()
     with log.open("w") as out:
@@ -92,8 +92,8 @@ def play(code: Path, home: Path, args: argparse.Namespace) -> tuple[float, dict[
     if done.returncode != 0:
         # An older revision may fail after its last day (e.g. in its report): its days still count.
         if len(days) < args.days:
-            raise SystemExit(f"the main job failed (exit {done.returncode}); see {log}")
-        print(f"  the main job exited {done.returncode} after its {len(days)} days; see {log}")
+            raise SystemExit(f"the simulation failed (exit {done.returncode}); see {log}")
+        print(f"  the simulation exited {done.returncode} after its {len(days)} days; see {log}")
     return wall, days
 
 

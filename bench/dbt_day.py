@@ -2,7 +2,7 @@
 
     python -m bench.dbt_day --home DIR [--day 2013-12-27] [--repeat 5] [--before REF]
 
-Copies the warehouse of a finished main job (DIR: its FLYWHEEL_HOME; the whole year's grows to
+Copies the warehouse of a finished simulation (DIR: its FLYWHEEL_HOME; the whole year's grows to
 336,776 flights) and rebuilds one day there as the daily run's dbt step does (`dbt build
 --select tag:daily --exclude tag:training`, unit tests left out, the day's window in the
 environment), `--repeat` times with each version in turn: the dbt project at git revision REF (a
@@ -64,14 +64,14 @@ def build(project: Path, warehouse: Path, day: date, target: Path) -> dict:
 def main() -> int:
     """Run the benchmark; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--home", type=Path, required=True, help="a finished main job's home")
+    parser.add_argument("--home", type=Path, required=True, help="a finished simulation's home")
     parser.add_argument("--day", type=date.fromisoformat, default=date(2013, 12, 27))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--before", help="git revision to compare with (default: none)")
     args = parser.parse_args()
     source = args.home / "warehouse.duckdb"
     if not source.exists():
-        raise SystemExit(f"no warehouse at {source}: --home names a main job's FLYWHEEL_HOME")
+        raise SystemExit(f"no warehouse at {source}: --home names a simulation's FLYWHEEL_HOME")
     work = Path(tempfile.mkdtemp(prefix="flywheel-dbt-day-"))
     versions = []
     if args.before:

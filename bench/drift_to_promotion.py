@@ -2,7 +2,7 @@
 
     python -m bench.drift_to_promotion --start 2013-09-01 --days 45 --drift celsius@2013-09-29
 
-Plays the main job (the same code as `make flywheel`) in a fresh FLYWHEEL_HOME with a planted
+Plays the simulation (the same code as `make flywheel`) in a fresh FLYWHEEL_HOME with a planted
 drift, then reads the Dagster instance: when the drifted day's landing run started, which days
 failed `raw_weather`'s humidity check (the feed's units) and when, when the drift sensor's
 retraining ran, and when the first promotion after the drift was recorded. It
@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def fresh_home(home: Path, code: Path = REPO) -> None:
-    """This process's environment for a main job with a fresh state of its own under `home`
+    """This process's environment for a simulation with a fresh state of its own under `home`
     (`own_state`), its Dagster instance with the settings of the code under `code`."""
-    from sim.driver.main_job import STATE_PATHS, own_state
+    from sim.driver.simulation import STATE_PATHS, own_state
 
     (home / "dagster").mkdir(parents=True)  # fresh: an existing instance is an error
     for name in STATE_PATHS:
@@ -131,7 +131,7 @@ def main() -> int:
     else:
         home = args.home or Path(tempfile.mkdtemp(prefix="flywheel-bench-"))
         fresh_home(home)
-        from sim.driver.main_job import RunOptions, run
+        from sim.driver.simulation import RunOptions, run
 
         report = home / "report"
         options = RunOptions(

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def prepare(home: Path, days: list[date]) -> tuple[dg.Definitions, dg.DagsterInstance]:
-    """Land `days` into a fresh FLYWHEEL_HOME and load the reference data."""
+    """Land `days` into a fresh FLYWHEEL_HOME and load the dimension tables."""
     os.environ["FLYWHEEL_HOME"] = str(home)
     os.environ["FLYWHEEL_WAREHOUSE_PATH"] = str(home / "warehouse.duckdb")
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
@@ -34,7 +34,7 @@ def prepare(home: Path, days: list[date]) -> tuple[dg.Definitions, dg.DagsterIns
     (home / "dagster" / "dagster.yaml").write_text((REPO / "deploy/dagster.yaml").read_text())
     instance = dg.DagsterInstance.from_config(str(home / "dagster"))
     defs = build_definitions(env="local")
-    defs.resolve_job_def("reference_warehouse_job").execute_in_process(instance=instance)
+    defs.resolve_job_def("dimension_warehouse_job").execute_in_process(instance=instance)
     return defs, instance
 
 

@@ -9,10 +9,11 @@ other, the weeks from `--since` to the last played:
    the days (`encode` per fit, joblib processes): the code of that time, kept here;
 2. every fit after the last day, as the report makes them without the fits made during the days
    (the features encoded once: `sim.judge.reference.Columns`);
-3. the ceiling's and the reference's fits made by `sim.judge.reference.BaselineFits` as the main job
-   feeds it, week by week with the labels spent so far (the seconds until its last result: on an
-   otherwise idle machine, not alongside the days), then what is left for the report after the
-   last day: the check of each fit's inputs, and the fits whose inputs changed since.
+3. the ceiling's and the reference's fits made by `sim.judge.reference.BaselineFits` as the
+   simulation feeds it, week by week with the labels spent so far (the seconds until its last
+   result: on an otherwise idle machine, not alongside the days), then what is left for the
+   report after the last day: the check of each fit's inputs, and the fits whose inputs
+   changed since.
 
 Prints the seconds of each and whether the three give the same AUCs to the last digit.
 """

@@ -2,7 +2,7 @@
 
     python -m bench.same_report --base REV [--head REV] [--start 2013-11-01 --days 49 ...]
 
-Plays the main job over one fixed span twice, each in a state of its own: once with the code of
+Plays the simulation over one fixed span twice, each in a state of its own: once with the code of
 git revision `--base` and once with the working tree's (or revision `--head`'s), each revision
 checked out in a temporary worktree. Both
 use this environment's packages. Then it compares the two reports' tables (`weekly.csv`,
@@ -50,7 +50,7 @@ def tool(name: str) -> str:
 
 def own_state(home: Path, code: Path) -> dict[str, str]:
     """The environment of one side: its home, Dagster instance and DVC repository, on the
-    embedded defaults. (The main job's own `own_state` is not imported: where it lives differs
+    embedded defaults. (The simulation's own `own_state` is not imported: where it lives differs
     between the revisions compared.)"""
     dagster_home, data = home / "dagster", home / "checkout" / "data"
     dagster_home.mkdir(parents=True)
@@ -73,7 +73,7 @@ def own_state(home: Path, code: Path) -> dict[str, str]:
 
 
 def play(code: Path, home: Path, run_args: list[str], log: Path) -> Path:
-    """The main job with the code under `code`; its report's folder."""
+    """The simulation with the code under `code`; its report's folder."""
     subprocess.run(
         [tool("dbt"), "parse", "--quiet", "--profiles-dir", "."],
         cwd=code / "dbt_project",
@@ -90,7 +90,7 @@ def play(code: Path, home: Path, run_args: list[str], log: Path) -> Path:
             stderr=subprocess.STDOUT,
         )
     if done.returncode:
-        raise SystemExit(f"the main job of {code} failed ({done.returncode}): see {log}")
+        raise SystemExit(f"the simulation of {code} failed ({done.returncode}): see {log}")
     return report
 
 

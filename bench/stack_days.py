@@ -1,8 +1,8 @@
-"""Benchmark: seconds per simulated day, the stack's daemon against the embedded main job.
+"""Benchmark: seconds per simulated day, the stack's daemon against the embedded simulation.
 
     python -m bench.stack_days --start 2013-02-27 --days 5 --bootstrap-days 4 --trials 1
 
-Plays the same days twice, each in a fresh FLYWHEEL_HOME: the main job in process on the
+Plays the same days twice, each in a fresh FLYWHEEL_HOME: the simulation in process on the
 embedded defaults, then `sim run --daemon` on a fresh stack (a process per run, Postgres, S3,
 the MLflow server). Prints each day's seconds both ways, and where the daemon-driven day's
 seconds go, read from the stack's Dagster instance: in the queue (enqueued to launched), from
@@ -30,12 +30,12 @@ DAY_LINE = re.compile(r"^\[(\d+)/\d+ (\d+)s\] (\d{4}-\d{2}-\d{2}): (.*)$")
 
 
 def play(env: dict[str, str], args: argparse.Namespace, *flags: str) -> dict[str, float]:
-    """Run the main job; each day's seconds (from its progress lines)."""
+    """Run the simulation; each day's seconds (from its progress lines)."""
     command = [sys.executable, "-m", "sim", "run", "--start", args.start, "--days", str(args.days)]
     command += ["--bootstrap-days", str(args.bootstrap_days), *flags]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"the main job failed:\n{done.stdout}\n{done.stderr}")
+        raise SystemExit(f"the simulation failed:\n{done.stdout}\n{done.stderr}")
     days, previous = {}, 0.0
     for line in done.stdout.splitlines():
         if m := DAY_LINE.match(line):

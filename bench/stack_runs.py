@@ -99,7 +99,7 @@ def main() -> int:
             [*sensor, "-w", str(stack.workspace)], env=env, check=True, capture_output=True
         )
         timed(
-            f"landing sensor's {args.days + 1} runs (reference + days), from the sensor's start",
+            f"landing sensor's {args.days + 1} runs (dimensions + days), from the sensor's start",
             lambda: wait_for_runs(args.days + 1, timeout_s=900),
         )
         phases()

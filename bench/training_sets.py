@@ -4,7 +4,7 @@
                                   [--half-lives 60,120] [--windows 90,180] [--seeds 3]
                                   [--members 2,3]
 
-Reads a finished main job's warehouse (its FLYWHEEL_HOME): the labels it bought, each with why it
+Reads a finished simulation's warehouse (its FLYWHEEL_HOME): the labels it bought, each with why it
 was picked, and every flight it played. On a cut day every `--every-days` days, the labels known
 before that day train the network (fixed settings: the ml defaults, `--max-epochs` epochs, early
 stopping on the last 7 labelled days; `--seeds` seeds, their AUCs averaged) and a

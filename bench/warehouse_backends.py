@@ -5,7 +5,7 @@ as a full-year single-run backfill and as a per-partition backfill with 1 and 2 
 
 Each case starts from an empty warehouse (a DuckDB file, or a new database on a scratch
 PostgreSQL server of the distribution's package) in its own temporary FLYWHEEL_HOME, with the
-days already landed and the reference data loaded (neither is timed). The per-partition cases
+days already landed and the dimension tables loaded (neither is timed). The per-partition cases
 run one Dagster run per day, in 1 or 2 worker processes taking days from a shared queue, on one
 Dagster instance (SQLite) whose `warehouse` pool allows 1 step at a time on DuckDB (its single
 writer) and 2 on PostgreSQL. Every case then checks that each day holds exactly its flights.
@@ -46,7 +46,7 @@ def definitions(warehouse: dict[str, str] | None):
 
 
 def prepare(home: Path, days: list[date], warehouse: dict[str, str] | None, writers: int):
-    """Land `days`, make the instance (the warehouse pool's limit `writers`), load reference."""
+    """Land `days`, make the instance (the warehouse pool's limit `writers`), load dimensions."""
     import dagster as dg
 
     from pipelines.lib.landing_zone import LocalLandingZone
@@ -60,7 +60,7 @@ def prepare(home: Path, days: list[date], warehouse: dict[str, str] | None, writ
     defs = definitions(warehouse)
     with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
         instance.event_log_storage.set_concurrency_slots(WAREHOUSE_POOL, writers)
-        defs.resolve_job_def("reference_warehouse_job").execute_in_process(
+        defs.resolve_job_def("dimension_warehouse_job").execute_in_process(
             instance=instance, run_config=QUIET
         )
     return defs

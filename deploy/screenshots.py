@@ -1,4 +1,4 @@
-"""Screenshots of the Dagster UI for the docs, from a short main job in a throwaway state.
+"""Screenshots of the Dagster UI for the docs, from a short simulation in a throwaway state.
 
     .venv/bin/python -m deploy.screenshots --out docs/images     # or: make docs-screenshots
 
@@ -42,10 +42,10 @@ if TYPE_CHECKING:  # Playwright is in the browser's environment only
 
 REPO = Path(__file__).resolve().parents[1]
 PLAYWRIGHT = "1.65.2"
-# The smallest main job with a sensor-launched retraining: held-out windows of two days let the
+# The smallest simulation with a sensor-launched retraining: held-out windows of two days let the
 # first model train after six; the weather feed turns to Celsius on the eighth day, the drift
 # sensor fires that day and its retraining evaluates and promotes a challenger.
-MAIN_JOB = [
+SIMULATION = [
     *("run", "--start", "2013-09-02", "--days", "8", "--bootstrap-days", "6"),
     *("--drift", "celsius@2013-09-09", "--validation-days", "2", "--test-days", "2"),
     *("--trials", "1", "--max-epochs", "2", "--no-baselines", "--brief"),
@@ -98,7 +98,7 @@ def browser_python(venv: Path) -> Path:
 
 def state_environment(home: Path) -> dict[str, str]:
     """This environment with a state of its own under `home` (the embedded defaults)."""
-    from sim.driver.main_job import STATE_PATHS, own_state
+    from sim.driver.simulation import STATE_PATHS, own_state
 
     inherited = {k: v for k, v in os.environ.items() if k not in STATE_PATHS}
     return {**inherited, **own_state(home), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
@@ -173,7 +173,7 @@ def sensor_run(url: str) -> tuple[str, str]:
         tags = {tag["key"]: tag["value"] for tag in run["tags"]}
         if SENSOR_TAG in tags:
             return run["runId"], tags[SENSOR_TAG]
-    raise SystemExit("the main job left no retraining run launched by a sensor")
+    raise SystemExit("the simulation left no retraining run launched by a sensor")
 
 
 def shoot(url: str, run_id: str, sensor: str, out: str) -> None:
@@ -256,11 +256,11 @@ def evaluation(page: Page, url: str, path: Path) -> None:
 
 
 def play_and_shoot(state: Path, python: Path, out: Path) -> None:
-    """Play the main job under `state`, serve its instance and take the screenshots."""
+    """Play the simulation under `state`, serve its instance and take the screenshots."""
     env = state_environment(state / "home")
-    print(f"playing the main job under {state}", flush=True)
-    if subprocess.run([sys.executable, "-m", "sim", *MAIN_JOB], cwd=REPO, env=env).returncode:
-        raise SystemExit("the main job failed (its output is above)")
+    print(f"playing the simulation under {state}", flush=True)
+    if subprocess.run([sys.executable, "-m", "sim", *SIMULATION], cwd=REPO, env=env).returncode:
+        raise SystemExit("the simulation failed (its output is above)")
     with webserver(env, state / "webserver.log") as url:
         run_id, sensor = sensor_run(url)
         print(f"webserver {url}: shooting run {run_id} of {sensor}", flush=True)

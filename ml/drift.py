@@ -1,4 +1,4 @@
-"""Distribution drift against a training-time reference profile: PSI, KS and segment shifts."""
+"""Distribution drift against the training profile: PSI, KS and segment shifts."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ PSI_EPS = 1e-4
 _KOLMOGOROV_TERMS = np.arange(1, 101)
 DRIFT_COLUMNS = [
     *["feature", "kind", "psi", "ks", "ks_pvalue"],
-    *["n_reference", "n_current", "missing_share_current"],
+    *["n_training", "n_current", "missing_share_current"],
 ]
 
 
@@ -51,9 +51,9 @@ def binned_proportions(values: ArrayLike, edges: ArrayLike) -> np.ndarray:
     return np.r_[counts, missing.sum()] / v.size
 
 
-def ks_statistic(reference: ArrayLike, current: ArrayLike) -> float:
+def ks_statistic(training: ArrayLike, current: ArrayLike) -> float:
     """Two-sample Kolmogorov-Smirnov D: the largest gap between the two ECDFs, NaN ignored."""
-    r, c = (np.sort(x[~np.isnan(x)]) for x in (_floats(reference), _floats(current)))
+    r, c = (np.sort(x[~np.isnan(x)]) for x in (_floats(training), _floats(current)))
     if r.size == 0 or c.size == 0:
         raise ValueError("ks_statistic needs non-missing values in both samples")
     points = np.concatenate([r, c])
@@ -80,8 +80,8 @@ def ks_pvalue(d: float, n: int, m: int) -> float:
 
 
 @dataclass
-class NumericReference:
-    """A numeric feature's reference: bin edges, bin proportions (missing last) and a sample."""
+class NumericProfile:
+    """A numeric feature's profile: bin edges, bin proportions (missing last) and a sample."""
 
     edges: list[float]
     proportions: list[float]
@@ -89,31 +89,31 @@ class NumericReference:
 
 
 @dataclass
-class ReferenceProfile:
+class TrainingProfile:
     """What drift is measured against: category shares and numeric bins from training data."""
 
     n_rows: int
     categorical: dict[str, dict[str, float]] = field(default_factory=dict)
-    numeric: dict[str, NumericReference] = field(default_factory=dict)
-    prediction: NumericReference | None = None
+    numeric: dict[str, NumericProfile] = field(default_factory=dict)
+    prediction: NumericProfile | None = None
 
     def to_dict(self) -> dict:
         """Return a JSON-serialisable dict that ``from_dict`` reads back."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> ReferenceProfile:
+    def from_dict(cls, data: dict) -> TrainingProfile:
         """Rebuild a profile from ``to_dict`` output (for example after a JSON round trip)."""
         prediction = data.get("prediction")
         return cls(
             n_rows=int(data["n_rows"]),
             categorical={k: dict(v) for k, v in data["categorical"].items()},
-            numeric={k: NumericReference(**v) for k, v in data["numeric"].items()},
-            prediction=None if prediction is None else NumericReference(**prediction),
+            numeric={k: NumericProfile(**v) for k, v in data["numeric"].items()},
+            prediction=None if prediction is None else NumericProfile(**prediction),
         )
 
 
-def build_reference(
+def build_training_profile(
     frame: pd.DataFrame,
     categorical: Sequence[str],
     numeric: Sequence[str],
@@ -121,38 +121,38 @@ def build_reference(
     n_bins: int = 10,
     sample_size: int = 5000,
     seed: int = 0,
-) -> ReferenceProfile:
+) -> TrainingProfile:
     """Profile ``frame``'s features (and optionally the model's predictions) for drift checks."""
 
-    def numeric_reference(name: str, values: ArrayLike) -> NumericReference:
+    def numeric_profile(name: str, values: ArrayLike) -> NumericProfile:
         v = _floats(values)
         edges = quantile_bin_edges(v, n_bins)
         present = v[~np.isnan(v)]
         # Seeded per feature name, so profiling another feature leaves this sample unchanged.
         rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
         sample = rng.choice(present, size=min(sample_size, present.size), replace=False)
-        return NumericReference(
+        return NumericProfile(
             edges.tolist(), binned_proportions(v, edges).tolist(), np.sort(sample).tolist()
         )
 
     prediction = None
     if predictions is not None:
         # Scores may come from another sample of the population (e.g. later days' flights).
-        prediction = numeric_reference(PREDICTION, predictions)
-    return ReferenceProfile(
+        prediction = numeric_profile(PREDICTION, predictions)
+    return TrainingProfile(
         n_rows=len(frame),
         categorical={c: _category_shares(frame[c]).to_dict() for c in categorical},
-        numeric={c: numeric_reference(c, frame[c]) for c in numeric},
+        numeric={c: numeric_profile(c, frame[c]) for c in numeric},
         prediction=prediction,
     )
 
 
 def feature_drift(
-    profile: ReferenceProfile, frame: pd.DataFrame, predictions: ArrayLike | None = None
+    profile: TrainingProfile, frame: pd.DataFrame, predictions: ArrayLike | None = None
 ) -> pd.DataFrame:
     """PSI per feature (plus KS for numeric features and predictions) of ``frame`` vs profile.
 
-    Categories the reference never saw share one "unseen" bin whose reference share is 0.
+    Categories training never saw share one "unseen" bin whose training share is 0.
     """
     if absent := [c for c in (*profile.categorical, *profile.numeric) if c not in frame]:
         raise KeyError(f"frame lacks the profiled features {absent}")
@@ -173,29 +173,29 @@ def feature_drift(
             ks = ks_statistic(ref.sample, present)
             p = ks_pvalue(ks, len(ref.sample), present.size)
         rows.append((name, kind, value_psi, ks, p, 1 - present.size / v.size))
-    sizes = {"n_reference": profile.n_rows, "n_current": len(frame)}
+    sizes = {"n_training": profile.n_rows, "n_current": len(frame)}
     columns = [c for c in DRIFT_COLUMNS if c not in sizes]
     return pd.DataFrame(rows, columns=columns).assign(**sizes)[DRIFT_COLUMNS]
 
 
 def segment_shift(
-    profile: ReferenceProfile, frame: pd.DataFrame, feature: str, top: int = 5
+    profile: TrainingProfile, frame: pd.DataFrame, feature: str, top: int = 5
 ) -> pd.DataFrame:
     """The ``top`` categories of one categorical feature ranked by their PSI contribution.
 
-    Categories unseen in the reference are listed under their own value (reference share 0), so
+    Categories unseen in training are listed under their own value (training share 0), so
     the contributions add up to ``feature_drift``'s PSI only when at most one category is new.
     """
     if feature not in profile.categorical:
         raise KeyError(f"{feature!r} is not a categorical feature of the profile")
-    reference = pd.Series(profile.categorical[feature], dtype=np.float64)
+    training = pd.Series(profile.categorical[feature], dtype=np.float64)
     current = _category_shares(frame[feature])
-    shares = pd.concat([reference, current], axis=1, keys=["ref", "cur"]).fillna(0.0)
+    shares = pd.concat([training, current], axis=1, keys=["ref", "cur"]).fillna(0.0)
     e, a = np.maximum(shares.ref, PSI_EPS), np.maximum(shares.cur, PSI_EPS)
     out = pd.DataFrame(
         {
             "value": shares.index.astype(str),
-            "reference_share": shares.ref.to_numpy(),
+            "training_share": shares.ref.to_numpy(),
             "current_share": shares.cur.to_numpy(),
             "psi_contribution": ((a - e) * np.log(a / e)).to_numpy(),
         }
@@ -223,9 +223,9 @@ def _category_shares(values: pd.Series) -> pd.Series:
     return keys.value_counts(normalize=True, sort=False)
 
 
-def _aligned_shares(reference: dict[str, float], current: pd.Series) -> tuple[np.ndarray, ...]:
-    known = list(dict.fromkeys([*reference, MISSING]))
-    expected = np.array([reference.get(k, 0.0) for k in known] + [0.0])
+def _aligned_shares(training: dict[str, float], current: pd.Series) -> tuple[np.ndarray, ...]:
+    known = list(dict.fromkeys([*training, MISSING]))
+    expected = np.array([training.get(k, 0.0) for k in known] + [0.0])
     seen = current.index.isin(known)
     actual = np.r_[current.reindex(known, fill_value=0.0).to_numpy(), current[~seen].sum()]
     return expected, actual

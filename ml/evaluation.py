@@ -35,7 +35,7 @@ class BootstrapResult:
 
 @dataclass
 class Evaluation:
-    """Overall metrics per model, metrics per slice, and reference-vs-against intervals."""
+    """Overall metrics per model, metrics per slice, and model-vs-against intervals."""
 
     overall: pd.DataFrame
     slices: pd.DataFrame
@@ -162,16 +162,16 @@ def evaluate_models(
     label: str,
     predictions: dict[str, np.ndarray],
     slices: dict[str, SliceKey],
-    reference: str,
+    model: str,
     against: str | None,
     n_boot: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
 ) -> Evaluation:
-    """Overall and per-slice metrics per model, and paired intervals of reference - against."""
+    """Overall and per-slice metrics per model, and paired intervals of model - against."""
     y = _labels(frame, label)
     probs = _checked(predictions, len(y))
-    for name in (reference, against):
+    for name in (model, against):
         if name is not None and name not in probs:
             raise ValueError(f"model {name!r} has no predictions; have {sorted(probs)}")
     overall = pd.DataFrame(
@@ -182,7 +182,7 @@ def evaluate_models(
     if against is not None:
         comparison = {
             metric: paired_bootstrap(
-                y, probs[reference], probs[against], metric, n_boot, seed, confidence
+                y, probs[model], probs[against], metric, n_boot, seed, confidence
             )
             for metric in ("auroc", "logloss")
         }

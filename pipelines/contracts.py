@@ -14,11 +14,11 @@ from typing import Literal
 import yaml
 
 ColumnType = Literal["integer", "float", "string", "timestamp"]
-FeedKind = Literal["daily", "reference"]
+FeedKind = Literal["daily", "dimension"]
 
 TASKS_DIR = Path(__file__).parent / "tasks"
 DAILY_KEY = re.compile(r"^(?P<feed>[a-z_]+)/(?P<day>\d{4}-\d{2}-\d{2})\.csv$")
-REFERENCE_KEY = re.compile(r"^reference/(?P<feed>[a-z_]+)\.csv$")
+DIMENSION_KEY = re.compile(r"^dimension/(?P<feed>[a-z_]+)\.csv$")
 
 # Warehouse column type of each contract type (portable SQL names).
 SQL_TYPES: dict[str, str] = {
@@ -64,8 +64,8 @@ class FeedSpec:
 
     def landing_key(self, day: date | str | None = None) -> str:
         """The landing-zone key of this feed's file (for `day`, if the feed is daily)."""
-        if self.kind == "reference":
-            return f"reference/{self.name}.csv"
+        if self.kind == "dimension":
+            return f"dimension/{self.name}.csv"
         if day is None:
             raise ValueError(f"feed {self.name!r} is daily: a landing day is required")
         day = day if isinstance(day, str) else day.isoformat()
@@ -94,8 +94,8 @@ class TaskSpec:
         return [f for f in self.feeds.values() if f.kind == "daily"]
 
     @property
-    def reference_feeds(self) -> list[FeedSpec]:
-        return [f for f in self.feeds.values() if f.kind == "reference"]
+    def dimension_feeds(self) -> list[FeedSpec]:
+        return [f for f in self.feeds.values() if f.kind == "dimension"]
 
     def match_key(self, key: str) -> tuple[FeedSpec, str | None] | None:
         """The feed (and landing day) of a landing-zone key; None if it fits no pattern."""
@@ -106,9 +106,9 @@ class TaskSpec:
             if not self.start_date <= m["day"] < self.end_date:
                 return None
             return feed, m["day"]
-        if m := REFERENCE_KEY.match(key):
+        if m := DIMENSION_KEY.match(key):
             feed = self.feeds.get(m["feed"])
-            if feed is None or feed.kind != "reference":
+            if feed is None or feed.kind != "dimension":
                 return None
             return feed, None
         return None

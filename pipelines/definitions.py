@@ -36,12 +36,10 @@ def build_definitions(
     interval_s = sensor_interval_s()
     ingestion = {a.key.path[-1]: a for a in build_ingestion_assets(task)}
     daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]
-    reference_raw = [ingestion[f.asset_name] for f in task.reference_feeds]
-    daily_dbt, reference_dbt, training_dbt = build_dbt_assets(task)
-    spec = task.model
-    monitoring_policy, promotion_policy = task.monitoring, task.promotion
-    (predictions,) = build_scoring_assets(task, spec)
-    feature_drift, model_performance = build_monitoring_assets(task, spec, monitoring_policy)
+    dimension_raw = [ingestion[f.asset_name] for f in task.dimension_feeds]
+    daily_dbt, dimension_dbt, training_dbt = build_dbt_assets(task)
+    (predictions,) = build_scoring_assets(task)
+    feature_drift, model_performance = build_monitoring_assets(task)
 
     daily_job = dg.define_asset_job(
         "daily_warehouse_job",
@@ -49,21 +47,21 @@ def build_definitions(
         partitions_def=daily_partitions(task),
         description="Ingest landing days, build their models, score their flights, check drift.",
     )
-    reference_job = dg.define_asset_job(
-        "reference_warehouse_job",
-        selection=dg.AssetSelection.assets(*reference_raw, reference_dbt),
-        description="Ingest reference data and build the models over it.",
+    dimension_job = dg.define_asset_job(
+        "dimension_warehouse_job",
+        selection=dg.AssetSelection.assets(*dimension_raw, dimension_dbt),
+        description="Ingest the dimension tables and build the models over them.",
     )
     landing_sensor = build_landing_sensor(
         task,
         daily_job,
-        reference_job,
+        dimension_job,
         daily_downstream=[*daily_dbt.keys, predictions.key, feature_drift.key],
-        reference_downstream=list(reference_dbt.keys),
+        dimension_downstream=list(dimension_dbt.keys),
         interval_s=interval_s,
     )
-    label_tasks, labels = build_labeling_assets(task, spec)
-    datasets = build_dataset_assets(task, spec)
+    label_tasks, labels = build_labeling_assets(task)
+    datasets = build_dataset_assets(task)
     label_export_job = dg.define_asset_job(
         "label_export_job",
         selection=dg.AssetSelection.assets(label_tasks),
@@ -79,8 +77,8 @@ def build_definitions(
     export_sensor, inbox_sensor = build_labeling_triggers(
         label_export_job, label_import_job, feature_drift.key, label_tasks.key, interval_s
     )
-    training = build_training_assets(task.name, spec.features)
-    evaluation = build_evaluation_assets(task, spec, promotion_policy)
+    training = build_training_assets(task.name, task.model.features)
+    evaluation = build_evaluation_assets(task)
     retraining_job = dg.define_asset_job(
         RETRAINING_JOB,
         selection=dg.AssetSelection.assets(training_dbt, *datasets, *training, *evaluation),
@@ -94,20 +92,20 @@ def build_definitions(
     )
     champion_model = evaluation[-1]
     drift_sensor, performance_sensor, retraining_schedule = build_monitoring_triggers(
-        retraining_job, monitoring_policy, labels.key, champion_model.key, interval_s
+        retraining_job, task.monitoring, labels.key, champion_model.key, interval_s
     )
     dataset_job = dg.define_asset_job(
         "dataset_job",
         selection=dg.AssetSelection.assets(training_dbt, *datasets),
         description="Rebuild the labelled-examples mart and cut a new versioned dataset.",
     )
-    jobs = [daily_job, reference_job, label_export_job, label_import_job]
+    jobs = [daily_job, dimension_job, label_export_job, label_import_job]
     jobs += [dataset_job, retraining_job]
     return dg.Definitions(
         assets=[
             *ingestion.values(),
             daily_dbt,
-            reference_dbt,
+            dimension_dbt,
             training_dbt,
             label_tasks,
             labels,

@@ -113,7 +113,7 @@ def load_validated(
     table = f"{RAW_SCHEMA}.{feed.name}"
     loads = []
     with con.transaction():
-        con.lock_partitions(table, [day or "reference" for day, _ in files])
+        con.lock_partitions(table, [day or "dimension" for day, _ in files])
         for day, vf in files:
             if feed.kind == "daily":
                 con.execute(f"delete from {table} where _landing_date = ?", [day])

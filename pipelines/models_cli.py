@@ -4,7 +4,8 @@
     flywheel-models rollback             the champion before the current one takes over again
     flywheel-models rollback --to 3      version 3 becomes the champion
 
-The next scoring run uses the champion the alias names; monitoring compares with its reference.
+The next scoring run uses the champion the alias names; monitoring compares with its
+training profile.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Monitoring rules: which drift statistics and performance figures count as an event.
 
 The statistics come from `ml.drift` and `ml.metrics`; this module applies the task's
-monitoring policy to them, so the assets and the sensors judge by the same thresholds.
+monitoring thresholds to them, so the assets and the sensors judge by the same thresholds.
 """
 
 from __future__ import annotations
@@ -13,42 +13,46 @@ import numpy as np
 import pandas as pd
 
 from ml.config import FeatureConfig
-from ml.drift import ReferenceProfile, feature_drift, segment_shift
+from ml.drift import TrainingProfile, feature_drift, segment_shift
 from ml.metrics import auroc, logloss
-from pipelines.policy import MonitoringPolicy
+from pipelines.thresholds import MonitoringSpec
 
 
 def drift_table(
-    reference: ReferenceProfile,
+    profile: TrainingProfile,
     recent: pd.DataFrame,
     scores: pd.Series | None,
     features: FeatureConfig,
-    policy: MonitoringPolicy,
+    monitoring: MonitoringSpec,
 ) -> pd.DataFrame:
     """Drift statistics per monitored feature (and the scores), with `is_drifted` per row."""
     monitored = [
-        c for c in (*features.categorical, *features.numeric) if c not in policy.exclude_features
+        c
+        for c in (*features.categorical, *features.numeric)
+        if c not in monitoring.exclude_features
     ]
     predictions = None if scores is None or scores.empty else scores.to_numpy(np.float64)
-    drift = feature_drift(reference, recent, predictions)
+    drift = feature_drift(profile, recent, predictions)
     drift = drift[drift.feature.isin([*monitored, "prediction"])].reset_index(drop=True)
     is_prediction = drift.kind == "prediction"
-    threshold = np.where(is_prediction, policy.prediction_psi_threshold, policy.psi_threshold)
-    ks_drift = (drift.kind == "numeric") & (drift.ks.fillna(0.0) > policy.ks_threshold)
+    threshold = np.where(
+        is_prediction, monitoring.prediction_psi_threshold, monitoring.psi_threshold
+    )
+    ks_drift = (drift.kind == "numeric") & (drift.ks.fillna(0.0) > monitoring.ks_threshold)
     return drift.assign(is_drifted=(drift.psi > threshold) | ks_drift)
 
 
 def flagged_segments(
-    reference: ReferenceProfile, recent: pd.DataFrame, drift: pd.DataFrame, policy: MonitoringPolicy
+    profile: TrainingProfile, recent: pd.DataFrame, drift: pd.DataFrame, monitoring: MonitoringSpec
 ) -> pd.DataFrame:
     """Categories of drifted segment features whose share grew most: label them first."""
     drifted = set(drift.loc[drift.is_drifted, "feature"])
     rows = []
-    for segment_type in policy.flagged_segment_types:
+    for segment_type in monitoring.flagged_segment_types:
         if segment_type not in drifted:
             continue
-        shift = segment_shift(reference, recent, segment_type, top=policy.top_segments)
-        grown = shift[shift.current_share > shift.reference_share]
+        shift = segment_shift(profile, recent, segment_type, top=monitoring.top_segments)
+        grown = shift[shift.current_share > shift.training_share]
         rows += [
             {"segment_type": segment_type, "segment_value": str(v), "psi_contribution": float(c)}
             for v, c in zip(grown.value, grown.psi_contribution, strict=True)
@@ -59,7 +63,7 @@ def flagged_segments(
 
 
 def realized_performance(
-    labelled: pd.DataFrame, expected: Mapping[str, float], policy: MonitoringPolicy
+    labelled: pd.DataFrame, expected: Mapping[str, float], monitoring: MonitoringSpec
 ) -> dict[str, object]:
     """Realized AUC and log loss of scored, labelled examples (columns `label` and
     `probability`) beside the figures the champion
@@ -81,14 +85,14 @@ def realized_performance(
         "expected_logloss": val_logloss,
         "is_decayed": False,
     }
-    if len(y) < policy.min_labels or y.min(initial=1) == y.max(initial=0):
-        row["status"] = f"too few labels ({len(y)} < {policy.min_labels} or one class only)"
+    if len(y) < monitoring.min_labels or y.min(initial=1) == y.max(initial=0):
+        row["status"] = f"too few labels ({len(y)} < {monitoring.min_labels} or one class only)"
         return row
     row["auroc"], row["logloss"] = auroc(y, p), logloss(y, p)
     auroc_drop = val_auroc - row["auroc"]
     logloss_rise = row["logloss"] - val_logloss
     row["is_decayed"] = bool(
-        auroc_drop > policy.max_auroc_drop or logloss_rise > policy.max_logloss_rise
+        auroc_drop > monitoring.max_auroc_drop or logloss_rise > monitoring.max_logloss_rise
     )
     row["status"] = (
         f"AUC {row['auroc']:.3f} vs {val_auroc:.3f} at evaluation, "

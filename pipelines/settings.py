@@ -6,7 +6,7 @@ shell that starts it), so every run the daemon launches uses the same.
   retraining job's budget and held-out windows (its run config; a run may override them),
   default 1 trial of 12 epochs, 7 and 7 days. The one trial is the `ml` defaults, early-stopped
   on the validation week; more trials add configurations drawn by the sampler and picked on that
-  week, a choice made on the main job's report (docs/benchmarks.md, The whole year).
+  week, a choice made on the simulation's report (docs/benchmarks.md, The whole year).
 - `FLYWHEEL_MEMBERS`: networks in each challenger, trained side by side from their own
   initialisations and averaged (a deep ensemble; the trials train one each), default 3.
 - `FLYWHEEL_TUNING_WORKERS`: worker processes tuning each challenger's study together (default

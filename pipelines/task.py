@@ -1,7 +1,7 @@
 """The task: one YAML file under `pipelines/tasks/` (or a path), read once into one typed object.
 
 `load_task` is the only reader of a task's YAML. Each section has its own parser beside the code
-that uses it (`contracts` for the feeds and partitions, `model_spec`, `labeling.spec`, `policy`
+that uses it (`contracts` for the feeds and partitions, `model_spec`, `labeling.spec`, `thresholds`
 for monitoring and promotion, `feed_checks`); an unknown section is an error, so a misspelt one
 is never silently ignored. The task the code location serves is `FLYWHEEL_TASK` (the settings).
 """
@@ -15,8 +15,8 @@ from pipelines.contracts import TaskSpec, read_contracts
 from pipelines.defs.ingestion.feed_checks import FeedChecks, parse_feed_checks
 from pipelines.labeling.spec import LabelingSpec, parse_labeling_spec
 from pipelines.model_spec import ModelSpec, parse_model_spec
-from pipelines.policy import MonitoringPolicy, PromotionPolicy, parse_policies
 from pipelines.settings import TASK_NAME
+from pipelines.thresholds import MonitoringSpec, PromotionSpec, parse_thresholds
 
 SECTIONS = (
     "task",
@@ -37,8 +37,8 @@ class Task(TaskSpec):
 
     model: ModelSpec
     labeling: LabelingSpec
-    monitoring: MonitoringPolicy
-    promotion: PromotionPolicy
+    monitoring: MonitoringSpec
+    promotion: PromotionSpec
     feed_checks: FeedChecks
 
 
@@ -49,7 +49,7 @@ def load_task(name_or_path: str | Path | None = None) -> Task:
     contracts = read_contracts(name_or_path or TASK_NAME.value())
     if unknown := sorted(set(contracts.sections) - set(SECTIONS)):
         raise ValueError(f"{contracts.path}: unknown sections {unknown}; known: {list(SECTIONS)}")
-    monitoring, promotion = parse_policies(contracts)
+    monitoring, promotion = parse_thresholds(contracts)
     return Task(
         **{f.name: getattr(contracts, f.name) for f in fields(TaskSpec)},
         model=parse_model_spec(contracts),

@@ -361,7 +361,7 @@ def test_the_run_config_table_is_the_definitions(monkeypatch, tmp_path) -> None:
 def test_the_task_yaml_tables_are_the_loaders() -> None:
     from ml.promotion import GateConfig
     from pipelines.model_spec import OPTIONAL, REQUIRED
-    from pipelines.policy import MonitoringPolicy, PromotionPolicy
+    from pipelines.thresholds import MonitoringSpec, PromotionSpec
 
     def defaults(cls: type, section: str) -> dict[str, str]:
         return {
@@ -369,9 +369,9 @@ def test_the_task_yaml_tables_are_the_loaders() -> None:
         }
 
     expected = {
-        **defaults(MonitoringPolicy, "monitoring"),
+        **defaults(MonitoringSpec, "monitoring"),
         **defaults(GateConfig, "promotion"),
-        **defaults(PromotionPolicy, "promotion"),
+        **defaults(PromotionSpec, "promotion"),
         **{f"model.{key}": "required" for key in REQUIRED},
     }
     rows = page_rows(CONFIGURATION)

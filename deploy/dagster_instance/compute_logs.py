@@ -4,9 +4,9 @@ Dagster's `LocalComputeLogManager` captures a run's standard output and error in
 shows, and mirrors each file back to the stream it captured while the run goes on: a `tail -F`
 process and a watcher Python process per stream, four processes started and stopped for every
 run, three or four runs a simulated day, each start costing wall time and CPU for nothing the
-main job needs. This subclass writes the same files in the same places and copies what each
+simulation needs. This subclass writes the same files in the same places and copies what each
 captured to its stream once the capture ends, failed or not: the same bytes reach the
-process's own output (the main job's log file, a `dagster dev` terminal), after the run's steps
+process's own output (the simulation's log file, a `dagster dev` terminal), after the run's steps
 instead of while they run. The UI reads the files as it did, live.
 
 It is the embedded default's (`deploy/dagster.yaml`); the stack and production keep Dagster's own.

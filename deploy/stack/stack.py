@@ -130,7 +130,7 @@ class Stack:
             "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{ports['mlflow']}",
             "FLYWHEEL_OPTUNA_STORAGE": f"{pg}/optuna",
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-            # Where clients (the daemon-driven main job) reach the webserver's GraphQL API.
+            # Where clients (the daemon-driven simulation) reach the webserver's GraphQL API.
             "FLYWHEEL_DAGSTER_URL": f"http://127.0.0.1:{ports['webserver']}",
             # The code location's settings (pipelines/settings.py), as the shell that starts the
             # stack sets them. On one machine every sensor is evaluated at each pass of the

@@ -2,13 +2,12 @@
 
 import dagster as dg
 
-from pipelines.contracts import TaskSpec
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.labeling.export_import import export_day, import_day
 from pipelines.labeling.label_exchange import LabelExchange
 from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
-from pipelines.model_spec import ModelSpec
+from pipelines.task import Task
 
 GROUP = "labeling"
 
@@ -21,9 +20,9 @@ class LabelSelectionConfig(dg.Config):
     audit_share: float = 0.4
 
 
-def build_labeling_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefinition]:
+def build_labeling_assets(task: Task) -> list[dg.AssetsDefinition]:
     """The label-task export (by landing day) and the label import (by delivery day)."""
-    labeling = task.labeling
+    spec, labeling = task.model, task.labeling
 
     @dg.asset(
         name=task.label_tasks_table,

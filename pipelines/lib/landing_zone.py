@@ -12,7 +12,7 @@ import os
 import tempfile
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ class SettledChanges:
     files: list[LandingFile]
     waiting: int
     cursor: str
+    listing: str | None = None  # the digest of the listing the files were taken from
 
 
 def settled_changes(
@@ -71,7 +72,7 @@ def settled_changes(
     """The files new or replaced since `cursor`, taken only once the zone has listed exactly the
     same files (those whose key `settles` accepts, default all) at two evaluations in a row.
 
-    A producer writes a landing of several files (a day's feeds, the reference tables) one file
+    A producer writes a landing of several files (a day's feeds, the dimension tables) one file
     at a time, and an evaluation can fall between two of them: taking what is listed at once
     would split one landing into several runs, as the evaluations happen to fall. Waiting for an
     unchanged listing takes it whole, one evaluation interval later (the quiet period of
@@ -82,12 +83,25 @@ def settled_changes(
     seen, settling = _landing_cursor(cursor)
     changed, listing = _changed(files, seen), _versions(files)
     counted = {k: v for k, v in listing.items() if settles is None or settles(k)}
-    if any(f.key in counted for f in changed):
-        digest = hashlib.sha256(json.dumps(counted, sort_keys=True).encode()).hexdigest()
-        if digest != settling:
-            waiting = json.dumps({"seen": seen, "settling": digest}, sort_keys=True)
-            return SettledChanges([], len(changed), waiting)
-    return SettledChanges(changed, 0, json.dumps({"seen": listing}, sort_keys=True))
+    digest = hashlib.sha256(json.dumps(counted, sort_keys=True).encode()).hexdigest()
+    if any(f.key in counted for f in changed) and digest != settling:
+        waiting = json.dumps({"seen": seen, "settling": digest}, sort_keys=True)
+        return SettledChanges([], len(changed), waiting)
+    return SettledChanges(changed, 0, json.dumps({"seen": listing}, sort_keys=True), digest)
+
+
+def held_back(taken: SettledChanges, previous: str | None, keys: Collection[str]) -> str:
+    """`taken`'s cursor with `keys` left untaken, as `previous` had them: the next evaluation
+    finds them new or replaced again and, if the listing is still the same, takes them at once
+    (the listing they were found in has settled already)."""
+    before = _landing_cursor(previous)[0]
+    seen = json.loads(taken.cursor)["seen"]
+    for key in keys:
+        if key in before:
+            seen[key] = before[key]
+        else:
+            seen.pop(key, None)
+    return json.dumps({"seen": seen, "settling": taken.listing}, sort_keys=True)
 
 
 def landing_settled(cursor: str | None) -> bool:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ml.baselines import FittedBaselines
 
 CHAMPION = "champion"
-PROFILE_ARTIFACT = "monitoring/reference_profile.json"
+PROFILE_ARTIFACT = "monitoring/training_profile.json"
 # The tag of a training run naming the DVC hash of the dataset version it trained on.
 DATASET_TAG = "dataset.dvc_hash"
 # The baselines a challenger's training fitted on its train split (a pickle of

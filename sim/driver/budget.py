@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from pipelines.settings import retraining_settings
-from sim.driver.main_job import RunOptions, UsageError
+from sim.driver.simulation import RunOptions, UsageError
 
 FLAGS = {
     "FLYWHEEL_TRIALS": "trials",
@@ -43,7 +43,7 @@ def retraining_budget(args: argparse.Namespace) -> dict[str, int]:
 
 
 def play_options(args: argparse.Namespace, **more: Any) -> RunOptions:
-    """The main job's options from the flags `run` and `compare` share, and `more`."""
+    """The simulation's options from the flags `run` and `compare` share, and `more`."""
     budget = retraining_budget(args)
     return RunOptions(
         bootstrap_days=args.bootstrap_days,

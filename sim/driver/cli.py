@@ -25,7 +25,7 @@ from sim.driver.console import log_path, output_to_log, say
 from sim.driver.daemon import DaemonDriveError
 from sim.driver.executor import RunFailedError
 from sim.driver.in_process import POLICIES
-from sim.driver.main_job import RunOptions, UsageError, days_to_play, run
+from sim.driver.simulation import RunOptions, UsageError, days_to_play, run
 from sim.world.annotator_service import AnnotatorServiceError, serve
 from sim.world.annotators import annotators_for
 from sim.world.clock import read_clock, write_clock
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     advance.add_argument("--env", choices=ENVIRONMENTS, help="default: FLYWHEEL_ENV or local")
     run = commands.add_parser(
-        "run", help="the main job: land day by day and run the pipeline as its sensors ask"
+        "run", help="the simulation: land day by day and run the pipeline as its sensors ask"
     )
     run.add_argument("--start", type=_iso_day, help="first day (default: the day after the clock)")
     _play_arguments(run)
@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     studio.add_argument("--port", type=_positive_int, default=8080, help="default: 8080")
     commands.add_parser(
         "annotators",
-        help="the simulated annotators as a service: answer the days the main job asks for",
+        help="the simulated annotators as a service: answer the days the simulation asks for",
     )
     status = commands.add_parser("status", help="show the clock and the landing zone")
     status.add_argument("--env", choices=ENVIRONMENTS, help="default: FLYWHEEL_ENV or local")
@@ -238,7 +238,7 @@ def status(env: str | None = None) -> int:
 
 
 def run_logged(days: int, start: date | None, options: RunOptions) -> int:
-    """The main job with one line a day on the terminal and every library's output in a log
+    """The simulation with one line a day on the terminal and every library's output in a log
     file; a failed run prints its failing steps' errors and the log's path, and exits 1."""
     log = log_path(flywheel_home())
     say(f"logs (Dagster, dbt, training): {log}")
@@ -258,7 +258,7 @@ def run_logged(days: int, start: date | None, options: RunOptions) -> int:
 
 
 def compare_policies(args: argparse.Namespace) -> int:
-    """`flywheel-sim compare`: every policy's main job, then the comparison's report."""
+    """`flywheel-sim compare`: every policy's simulation, then the comparison's report."""
     from sim.driver.compare import PolicyFailedError, compare
 
     options = play_options(args)

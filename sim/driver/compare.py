@@ -1,13 +1,13 @@
 """`flywheel-sim compare`: replay the same days under several retraining policies, one report.
 
-Each policy plays the main job from nothing in a state folder of its own (its warehouse,
+Each policy plays the simulation from nothing in a state folder of its own (its warehouse,
 registry, Dagster instance and landing zone under `<out>/<policy>`), in a process of its own, with
 only its retraining triggers on (`POLICIES`). The same days land, the annotators answer
 the same way and the first model trains on the same bootstrap days; what differs is when each
 retrains. The comparison then reads each policy's report tables and writes one report: production
 AUC per week for each policy (one plot), labels spent, retrainings, promotions and seconds.
 
-A policy whose main job was killed resumes where it stopped when the same comparison is asked
+A policy whose simulation was killed resumes where it stopped when the same comparison is asked
 for again; a folder holding a comparison of other days is refused, never mixed in.
 """
 
@@ -30,13 +30,13 @@ import pandas as pd
 from pipelines.settings import REPO_ROOT
 from sim.driver.console import say
 from sim.driver.in_process import POLICIES
-from sim.driver.main_job import STATE_PATHS, RunOptions, UsageError, own_state
+from sim.driver.simulation import STATE_PATHS, RunOptions, UsageError, own_state
 
 STATE = "compare.json"
 
 
 class PolicyFailedError(Exception):
-    """A policy's main job failed, or left no report to compare."""
+    """A policy's simulation failed, or left no report to compare."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Comparison:
 
 @dataclass
 class PolicyResult:
-    """One policy's report tables and the wall seconds its main job took."""
+    """One policy's report tables and the wall seconds its simulation took."""
 
     policy: str
     weekly: pd.DataFrame
@@ -113,7 +113,7 @@ def _arguments(comparison: Comparison, policy: str, report: Path, baselines: boo
 
 
 def environment(home: Path) -> dict[str, str]:
-    """The environment of a policy's main job: this one, with a state of its own under `home`."""
+    """The environment of a policy's simulation: this one, with a state of its own under `home`."""
     inherited = {k: v for k, v in os.environ.items() if k not in STATE_PATHS}
     return {**inherited, **own_state(home)}
 
@@ -122,8 +122,8 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _die_with_parent(parent: int) -> Callable[[], None]:
-    """In the child, before it runs the main job: ask Linux to kill it when its parent dies. A
-    compare killed with SIGKILL would otherwise leave its policy's main job running, and the
+    """In the child, before it runs the simulation: ask Linux to kill it when its parent dies. A
+    compare killed with SIGKILL would otherwise leave its policy's simulation running, and the
     same command run again would start a second one on the same state."""
 
     def arm() -> None:
@@ -137,7 +137,7 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
 
 
 def play(comparison: Comparison, policy: str, out: Path, baselines: bool) -> float:
-    """Play `policy`'s main job in its own process and state folder; its day lines are shown
+    """Play `policy`'s simulation in its own process and state folder; its day lines are shown
     prefixed by the policy. Returns its wall seconds; raises naming the policy if it fails."""
     home = out / policy
     args = _arguments(comparison, policy, home / "report", baselines)
@@ -158,7 +158,7 @@ def play(comparison: Comparison, policy: str, out: Path, baselines: bool) -> flo
             say(f"{policy}: {line.rstrip()}")
     if process.returncode != 0:
         raise PolicyFailedError(
-            f"policy {policy!r}: the main job exited with {process.returncode} (its lines above; "
+            f"policy {policy!r}: the simulation exited with {process.returncode} (its lines above; "
             f"its state is in {home}: run the same compare command again to resume it)"
         )
     return time.monotonic() - began
@@ -171,7 +171,7 @@ def read_result(out: Path, policy: str, wall_s: float) -> PolicyResult:
         path = report / f"{name}.csv"
         if not path.exists():
             raise PolicyFailedError(
-                f"policy {policy!r} wrote no {path.name} in {report}: its main job reported no "
+                f"policy {policy!r} wrote no {path.name} in {report}: its simulation reported no "
                 "production period (more --days, or fewer --bootstrap-days)"
             )
         tables[name] = pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
@@ -256,7 +256,7 @@ def write(
             "(every scored flight), the gain over the policy's own static model (its first), "
             "labels that came back, retrainings after the first model and how many the gate "
             "promoted, seconds in retraining runs (the first model's included) and in the "
-            "policy's whole main job (wall, summed over resumed attempts)."
+            "policy's whole simulation (wall, summed over resumed attempts)."
             + baselines
             + "\n\n"
             + table.to_markdown(index=False, floatfmt=".3f"),

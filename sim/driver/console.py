@@ -1,4 +1,4 @@
-"""The main job's terminal: its own lines on the terminal, every library's output in a log file."""
+"""The simulation's terminal: its own lines on the terminal, every library's output in a log."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ _terminal: tuple[TextIO, TextIO] | None = None
 
 
 def say(message: str = "", *, error: bool = False) -> None:
-    """Print one of the main job's own lines on the terminal (standard error if `error`), also
+    """Print one of the simulation's own lines on the terminal (standard error if `error`), also
     while every other output goes to the log file."""
     if _terminal is None:
         stream = sys.stderr if error else sys.stdout
@@ -27,7 +27,7 @@ def say(message: str = "", *, error: bool = False) -> None:
 
 def log_path(home: Path) -> Path:
     """A new log file's path under `home`/logs, named by the local time it starts."""
-    return home / "logs" / f"main_job-{datetime.now():%Y%m%d-%H%M%S}.log"
+    return home / "logs" / f"simulation-{datetime.now():%Y%m%d-%H%M%S}.log"
 
 
 @contextmanager

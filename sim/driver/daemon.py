@@ -1,4 +1,4 @@
-"""The main job driven by the real Dagster daemon: the simulator is only the outside world.
+"""The simulation driven by the real Dagster daemon: the simulator is only the outside world.
 
 The world lands each day's files, asks the annotator service (its own process) for the day's
 answers, keeps the calendar (the retraining schedule's simulated ticks) and, as the operator,
@@ -71,7 +71,7 @@ mutation StartSensor($selector: SensorSelector!) {
 
 
 class DaemonDriveError(RuntimeError):
-    """The stack cannot drive the main job: unreachable, misconfigured, or stalled."""
+    """The stack cannot drive the simulation: unreachable, misconfigured, or stalled."""
 
 
 class Webserver:

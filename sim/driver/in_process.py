@@ -1,4 +1,4 @@
-"""The main job: advance the world day by day and let the pipeline react as in production.
+"""The simulation: advance the world day by day and let the pipeline react as in production.
 
 Each simulated day lands its files and the annotators answer; between two such events the
 pipeline reacts. `FlywheelDriver` is its own daemon: it ticks the sensors against the Dagster

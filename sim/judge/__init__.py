@@ -1,3 +1,3 @@
-"""Judging the loop: the main job's report (weekly production AUC of the flywheel against the
+"""Judging the loop: the simulation's report (weekly production AUC of the flywheel against the
 static model, a same-budget reference and the all-labels ceiling), and the judgement of each
 retraining's alarm."""

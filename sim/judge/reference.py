@@ -4,7 +4,7 @@ Both are a HistGradientBoosting classifier retrained every week (on its Monday, 
 the days before it) on the features the dbt marts give every flight, the columns the model reads:
 
 - the **reference** learns from as many uniformly random flights of each landing day as the
-  flywheel got labels for that day: the same budget, spent without a model, a selection policy
+  flywheel got labels for that day: the same budget, spent without a model, a label selection
   or a promotion gate;
 - the **ceiling** learns from every flight's outcome.
 
@@ -344,7 +344,7 @@ def _fit_in_background(
         with threadpool_limits(1):
             while True:
                 if os.getppid() != parent:
-                    return  # the main job is gone (killed): nobody will read the results
+                    return  # the simulation is gone (killed): nobody will read the results
                 if not done:
                     try:  # take in what was sent; wait for it only when nothing is left to fit
                         message = inbox.get(block=not pending, timeout=2.0)
@@ -372,5 +372,5 @@ def _fit_in_background(
                         auc = auroc(y, fit_predict(*fit, seed))
                         outbox.put(("fit", (week, name), (fingerprint(fit), auc)))
         outbox.put(("end",))
-    except BaseException:  # the main job shows it (and fits the weeks itself)
+    except BaseException:  # the simulation shows it (and fits the weeks itself)
         outbox.put(("error", traceback.format_exc()))

@@ -1,4 +1,4 @@
-"""The main job's report: how the flywheel did against a static model, and what it did.
+"""The simulation's report: how the flywheel did against a static model, and what it did.
 
 Every figure comes from the run: predictions and labels from the warehouse, retrainings and
 decisions from the Dagster instance, versions from the registry and DVC. Only the simulator
@@ -200,7 +200,7 @@ def labels_per_day(warehouse: Any) -> pd.Series:
 
 
 class BaselinesInBackground:
-    """The baselines' weekly fits made while the main job plays the days (see
+    """The baselines' weekly fits made while the simulation plays the days (see
     sim.judge.reference.BaselineFits): after each played Sunday, the flights played since the last
     one go to the fitting process, with the labels spent on each day so far and the weeks now
     complete from the production period's first on. Its `fits` give the report those whose

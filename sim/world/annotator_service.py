@@ -39,7 +39,7 @@ def _read_day(path: Path) -> date | None:
 
 def serve(home: Path, service: Annotators, poll_s: float = POLL_S) -> None:
     """Answer each day asked for, until SIGTERM or SIGINT, or until the process that started
-    it is gone (a main job killed with SIGKILL leaves no service behind)."""
+    it is gone (a simulation killed with SIGKILL leaves no service behind)."""
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:

@@ -1,6 +1,6 @@
 """The simulated clock: the last day the replay landed, kept under the state directory; and
-how far the main job played (the day it last finished, when production began), so a killed
-main job started again resumes where it stopped."""
+how far the simulation played (the day it last finished, when production began), so a killed
+simulation started again resumes where it stopped."""
 
 from __future__ import annotations
 
@@ -38,12 +38,12 @@ def write_clock(home: Path, day: date) -> None:
 
 
 def progress_path(home: Path) -> Path:
-    """Where the main job's progress of state directory `home` is kept."""
+    """Where the simulation's progress of state directory `home` is kept."""
     return home / "sim" / "played.json"
 
 
 def read_progress(home: Path) -> tuple[date | None, date | None]:
-    """The last day the main job finished playing and the first production day (None, None
+    """The last day the simulation finished playing and the first production day (None, None
     before it finished a day)."""
     path = progress_path(home)
     if not path.exists():
@@ -53,11 +53,11 @@ def read_progress(home: Path) -> tuple[date | None, date | None]:
         played, production = raw["last_played_day"], raw["production_start"]
         return date.fromisoformat(played), date.fromisoformat(production) if production else None
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"unreadable main-job progress {path}: {e}") from e
+        raise ValueError(f"unreadable simulation progress {path}: {e}") from e
 
 
 def write_progress(home: Path, played: date, production_start: date | None) -> None:
-    """Record that the main job finished `played`, atomically."""
+    """Record that the simulation finished `played`, atomically."""
     production = production_start.isoformat() if production_start else None
     write_json(
         progress_path(home), {"last_played_day": played.isoformat(), "production_start": production}

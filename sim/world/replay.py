@@ -1,6 +1,6 @@
 """Production traffic replay: the files a simulated day sends to the landing zone.
 
-Each daily feed of the task gets one file per day and each reference feed one file, with exactly
+Each daily feed of the task gets one file per day and each dimension feed one file, with exactly
 the contract's columns in contract order. Outcomes (actual times, delays, cancellations) are not
 in any contract, so they never land: they are held back for the labeling service.
 """
@@ -71,13 +71,13 @@ def day_files(
     return files
 
 
-def reference_files(task: TaskSpec | None = None) -> dict[str, bytes]:
-    """The landing key and bytes of every reference feed's file."""
+def dimension_files(task: TaskSpec | None = None) -> dict[str, bytes]:
+    """The landing key and bytes of every dimension feed's file."""
     task = task or load_task()
     source = nycflights.load()
     return {
         feed.landing_key(): render_csv(source.table(feed.name), feed)
-        for feed in task.reference_feeds
+        for feed in task.dimension_feeds
     }
 
 
@@ -88,10 +88,10 @@ def land_days(
     on_day: Callable[[date], None] | None = None,
     drift: Transform | None = None,
 ) -> LandingReport:
-    """Land the reference files, then each day's files; identical files are left as they are."""
+    """Land the dimension files, then each day's files; identical files are left as they are."""
     task = task or load_task()
     report = LandingReport()
-    report.record(zone, reference_files(task))
+    report.record(zone, dimension_files(task))
     for day in days:
         files = day_files(day, task, drift)
         report.record(zone, files)

@@ -1,4 +1,4 @@
-"""Print, as JSON, what a main job did on the Dagster instance of DAGSTER_HOME: its successful
+"""Print, as JSON, what a simulation did on the Dagster instance of DAGSTER_HOME: its successful
 runs with their origin and run key, its datasets and its promotion gate's decisions.
 
 Run as `python -m tests.deploy.loop_summary` with the environment of the instance to read (the

@@ -1,6 +1,6 @@
 """The same loop, whoever drives it.
 
-The main job plays the same days twice: in process on the embedded defaults (the driver ticks
+The simulation plays the same days twice: in process on the embedded defaults (the driver ticks
 the sensors and executes their runs itself), and through a production-shaped stack (the real
 daemon evaluates the sensors, the queue launches every run as its own process, on Postgres, S3
 and an MLflow server). The first model is trained in both, on the fourth day.
@@ -68,27 +68,27 @@ def python(module: str, args: list[str], env: dict[str, str], timeout_s: int) ->
     return done.stdout
 
 
-def main_job_args(*flags: str) -> list[str]:
+def simulation_args(*flags: str) -> list[str]:
     """`python -m sim run` with the days this module plays."""
     days = ["--start", START, "--days", str(DAYS), "--bootstrap-days", str(BOOTSTRAP)]
     return ["sim", "run", *days, *flags]
 
 
-def main_job(env: dict[str, str], *flags: str) -> dict:
+def simulation(env: dict[str, str], *flags: str) -> dict:
     """Play the days with `env`, then the loop it left on its instance."""
-    module, *args = main_job_args(*flags)
+    module, *args = simulation_args(*flags)
     python(module, args, env, timeout_s=1500)
     return summary(env)
 
 
 @contextmanager
-def main_job_in_background(env: dict[str, str], output: Path) -> Iterator[Callable[[], dict]]:
-    """Start playing the days with `env`; inside, a call waits for the main job to end and returns
+def simulation_in_background(env: dict[str, str], output: Path) -> Iterator[Callable[[], dict]]:
+    """Start playing the days with `env`; inside, a call waits for the simulation to end and returns
     the loop it left (the test fails, showing its output, if it failed). Killed if still running
     on the way out."""
     with output.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", *main_job_args()],
+            [sys.executable, "-m", *simulation_args()],
             cwd=REPO,
             env=env,
             stdout=out,
@@ -145,11 +145,13 @@ def embedded_env(home: Path, task_file: Path) -> dict[str, str]:
 def played(tmp_path_factory, task_file: Path) -> Iterator[dict[str, dict]]:
     """The days played both ways: `in_process` and `through_the_daemon`.
 
-    The in-process main job plays in the background while the stack starts and the daemon plays,
+    The in-process simulation plays in the background while the stack starts and the daemon plays,
     not before them: the stack's processes mostly wait on the daemon's loop and queue, so the two
     overlap instead of adding up. Neither shares anything with the other."""
     home = tmp_path_factory.mktemp("embedded")
-    with main_job_in_background(embedded_env(home, task_file), home / "sim-run.out") as in_process:
+    with simulation_in_background(
+        embedded_env(home, task_file), home / "sim-run.out"
+    ) as in_process:
         daemon = tmp_path_factory.mktemp("stack")
         with stack_played(daemon, task_file) as through_the_daemon:
             yield {"in_process": in_process(), "through_the_daemon": through_the_daemon}
@@ -177,7 +179,7 @@ def stack_played(home: Path, task_file: Path) -> Iterator[dict]:
         try:
             stack("up", home)
             env = stack_env(home)
-            loop = main_job(env, "--daemon")
+            loop = simulation(env, "--daemon")
             services = {
                 int(json.loads(p.read_text())["pid"]) for p in (home / "stack" / "pids").glob("*")
             }
@@ -204,7 +206,7 @@ def test_the_daemon_driven_stack_plays_the_same_loop_as_the_in_process_driver(
     runs = in_process["runs"]
     jobs = {job for job, *_ in runs}
     assert jobs == {
-        "reference_warehouse_job",
+        "dimension_warehouse_job",
         "daily_warehouse_job",
         "label_export_job",
         "label_import_job",

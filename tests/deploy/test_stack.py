@@ -29,7 +29,7 @@ from tests.deploy.stackctl import passable, stack, stack_env
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-REFERENCE_DAY = "2013-01-02"
+DIMENSION_DAY = "2013-01-02"
 
 pytestmark = [
     pytest.mark.skipif(
@@ -67,10 +67,10 @@ def env(home: Path) -> Iterator[dict[str, str]]:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in values.items():
             patch.setenv(key, value)
-        # The reference data (landed with the first day) is loaded before any test kills a run:
-        # the kills below target a day's run, not one racing the reference run.
-        land(values, REFERENCE_DAY)
-        wait_for(lambda seen: succeeded(REFERENCE_DAY)(seen) and reference_loaded(seen), 300)
+        # The dimension tables (landed with the first day) is loaded before any test kills a run:
+        # the kills below target a day's run, not one racing the dimension tables' run.
+        land(values, DIMENSION_DAY)
+        wait_for(lambda seen: succeeded(DIMENSION_DAY)(seen) and dimensions_loaded(seen), 300)
         yield values
 
 
@@ -120,9 +120,9 @@ def wait_for(
         time.sleep(2)
 
 
-def reference_loaded(seen: list[dict]) -> bool:
-    """Whether a reference run succeeded."""
-    return any(r["job"] == "reference_warehouse_job" and r["status"] == "SUCCESS" for r in seen)
+def dimensions_loaded(seen: list[dict]) -> bool:
+    """Whether a dimension tables' run succeeded."""
+    return any(r["job"] == "dimension_warehouse_job" and r["status"] == "SUCCESS" for r in seen)
 
 
 def succeeded(day: str):

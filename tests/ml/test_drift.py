@@ -1,4 +1,4 @@
-"""Drift statistics against values worked out by hand, and the reference profile's round trip."""
+"""Drift statistics against values worked out by hand, and the training profile's round trip."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from scipy.special import kolmogorov
 from scipy.stats import ks_2samp
 
 from ml.drift import (
-    ReferenceProfile,
+    TrainingProfile,
     binned_proportions,
-    build_reference,
+    build_training_profile,
     feature_drift,
     ks_pvalue,
     ks_statistic,
@@ -70,7 +70,7 @@ def test_ks_pvalue_follows_the_kolmogorov_distribution() -> None:
 
 
 @pytest.fixture()
-def reference_frame() -> pd.DataFrame:
+def training_frame() -> pd.DataFrame:
     rng = np.random.default_rng(0)
     n = 2000
     return pd.DataFrame(
@@ -82,13 +82,13 @@ def reference_frame() -> pd.DataFrame:
     )
 
 
-def test_profile_round_trips_through_json(reference_frame: pd.DataFrame) -> None:
-    frame = reference_frame.assign(carrier=reference_frame.carrier.where(lambda c: c != "DL"))
+def test_profile_round_trips_through_json(training_frame: pd.DataFrame) -> None:
+    frame = training_frame.assign(carrier=training_frame.carrier.where(lambda c: c != "DL"))
     predictions = np.random.default_rng(1).random(len(frame))
-    profile = build_reference(
+    profile = build_training_profile(
         frame, ["carrier"], ["distance", "gust"], predictions, n_bins=5, sample_size=300
     )
-    again = ReferenceProfile.from_dict(json.loads(json.dumps(profile.to_dict())))
+    again = TrainingProfile.from_dict(json.loads(json.dumps(profile.to_dict())))
     assert again == profile
     assert profile.n_rows == 2000 and set(profile.categorical["carrier"]) == {
         "AA",
@@ -100,45 +100,45 @@ def test_profile_round_trips_through_json(reference_frame: pd.DataFrame) -> None
     assert gust.proportions[-1] == pytest.approx(frame.gust.isna().mean())
     assert len(gust.sample) == 300 and not np.isnan(gust.sample).any()
     assert profile.prediction is not None and len(profile.prediction.sample) == 300
-    same = build_reference(frame, ["carrier"], ["gust"], n_bins=5, sample_size=300)
+    same = build_training_profile(frame, ["carrier"], ["gust"], n_bins=5, sample_size=300)
     assert same.numeric["gust"] == gust and same.prediction is None  # seeded sample
 
 
-def test_no_drift_against_itself(reference_frame: pd.DataFrame) -> None:
-    profile = build_reference(reference_frame, ["carrier"], ["distance", "gust"])
-    drift = feature_drift(profile, reference_frame)
+def test_no_drift_against_itself(training_frame: pd.DataFrame) -> None:
+    profile = build_training_profile(training_frame, ["carrier"], ["distance", "gust"])
+    drift = feature_drift(profile, training_frame)
     assert drift.columns.tolist() == [
         *["feature", "kind", "psi", "ks", "ks_pvalue"],
-        *["n_reference", "n_current", "missing_share_current"],
+        *["n_training", "n_current", "missing_share_current"],
     ]
     assert drift.feature.tolist() == ["carrier", "distance", "gust"]
     assert drift.psi.tolist() == pytest.approx([0, 0, 0], abs=1e-12)
-    # The KS reference is a sample of the same rows: D = 0 exactly since sample_size >= n.
+    # The KS profile is a sample of the same rows: D = 0 exactly since sample_size >= n.
     assert drift.ks.tolist()[1:] == [0.0, 0.0] and math.isnan(drift.ks[0])
-    assert drift.missing_share_current[2] == pytest.approx(reference_frame.gust.isna().mean())
+    assert drift.missing_share_current[2] == pytest.approx(training_frame.gust.isna().mean())
     with pytest.raises(KeyError, match="gust"):
-        feature_drift(profile, reference_frame.drop(columns="gust"))
+        feature_drift(profile, training_frame.drop(columns="gust"))
 
 
 def test_unseen_categories_and_missing_values_by_hand() -> None:
-    reference = pd.DataFrame({"carrier": ["AA", "AA", "B6", "B6"], "x": [1.0, 2.0, 3.0, 4.0]})
+    training = pd.DataFrame({"carrier": ["AA", "AA", "B6", "B6"], "x": [1.0, 2.0, 3.0, 4.0]})
     current = pd.DataFrame({"carrier": ["AA", "ZZ", "ZZ", "B6"], "x": [1.0, np.nan, np.nan, 4.0]})
-    profile = build_reference(reference, ["carrier"], ["x"], n_bins=2)
+    profile = build_training_profile(training, ["carrier"], ["x"], n_bins=2)
     drift = feature_drift(profile, current).set_index("feature")
-    # AA and B6 fall from 0.5 to 0.25; ZZ lands in the unseen bin, 0 in the reference (eps).
+    # AA and B6 fall from 0.5 to 0.25; ZZ lands in the unseen bin, 0 in training (eps).
     by_hand = 2 * (0.25 - 0.5) * math.log(0.25 / 0.5) + (0.5 - EPS) * math.log(0.5 / EPS)
     assert drift.loc["carrier", "psi"] == pytest.approx(by_hand, abs=1e-12)
-    # x: edge 2.5, reference [0.5, 0.5, missing 0]; current [0.25, 0.25, missing 0.5].
+    # x: edge 2.5, training [0.5, 0.5, missing 0]; current [0.25, 0.25, missing 0.5].
     assert profile.numeric["x"].edges == [2.5]
     assert drift.loc["x", "psi"] == pytest.approx(by_hand, abs=1e-12)
     assert drift.loc["x", "missing_share_current"] == 0.5
     assert drift.loc["x", "ks"] == pytest.approx(0.25)  # {1,2,3,4} vs {1,4}: at x = 3
-    assert (drift.loc["x", "n_reference"], drift.loc["x", "n_current"]) == (4, 4)
+    assert (drift.loc["x", "n_training"], drift.loc["x", "n_current"]) == (4, 4)
 
     shift = segment_shift(profile, current, "carrier", top=2)
     assert shift.columns.tolist() == [
         "value",
-        "reference_share",
+        "training_share",
         "current_share",
         "psi_contribution",
     ]
@@ -150,15 +150,15 @@ def test_unseen_categories_and_missing_values_by_hand() -> None:
     assert total == pytest.approx(by_hand, abs=1e-12)
 
 
-def test_prediction_drift_is_reported_when_profiled(reference_frame: pd.DataFrame) -> None:
+def test_prediction_drift_is_reported_when_profiled(training_frame: pd.DataFrame) -> None:
     rng = np.random.default_rng(2)
-    profile = build_reference(reference_frame, [], ["distance"], rng.random(2000) * 0.5)
-    shifted = feature_drift(profile, reference_frame, rng.random(2000) * 0.5 + 0.25)
+    profile = build_training_profile(training_frame, [], ["distance"], rng.random(2000) * 0.5)
+    shifted = feature_drift(profile, training_frame, rng.random(2000) * 0.5 + 0.25)
     prediction = shifted.set_index("feature").loc["prediction"]
     assert prediction.kind == "prediction" and prediction.psi > 1 and prediction.ks_pvalue < 1e-6
-    unprofiled = build_reference(reference_frame, [], ["distance"])
-    unprofiled_drift = feature_drift(unprofiled, reference_frame, rng.random(2000))
+    unprofiled = build_training_profile(training_frame, [], ["distance"])
+    unprofiled_drift = feature_drift(unprofiled, training_frame, rng.random(2000))
     assert "prediction" not in unprofiled_drift.feature.tolist()
     # Scores are a sample of their own: fewer of them than feature rows is fine.
-    few = feature_drift(profile, reference_frame, rng.random(500) * 0.5).set_index("feature")
+    few = feature_drift(profile, training_frame, rng.random(500) * 0.5).set_index("feature")
     assert few.loc["prediction", "psi"] < 0.1

@@ -34,7 +34,7 @@ def test_definitions_load_with_every_stage_grouped(flywheel):
     # Resolving every job fails if a job selects an asset the definitions lack.
     assert {j.name for j in defs.resolve_all_job_defs()} >= {
         "daily_warehouse_job",
-        "reference_warehouse_job",
+        "dimension_warehouse_job",
         "label_export_job",
         "label_import_job",
         "dataset_job",
@@ -90,23 +90,23 @@ def test_prod_reads_s3_and_builds_the_prod_dbt_target(
     assert defs.resources["dbt"].target == "prod"
 
     sensor = defs.resolve_sensor_def("landing_sensor")
-    cursor = None
-    for _ in range(2):  # the first evaluation finds the files, the second takes them
+    cursor, ran = None, []
+    # The first evaluation finds the files, the second takes the dimension tables, the third
+    # (once they are built) the day.
+    for _ in range(3):
         with dg.build_sensor_context(
             instance=flywheel.instance, definitions=defs, resources=defs.resources, cursor=cursor
         ) as context:
             result = sensor.evaluate_tick(context)
-        requests, cursor = result.run_requests, result.cursor
-    assert [(r.job_name, r.partition_key) for r in requests] == [
-        ("reference_warehouse_job", None),
-        ("daily_warehouse_job", "2013-01-02"),
-    ]
-    for request in requests:
-        defs.resolve_job_def(request.job_name).execute_in_process(
-            instance=flywheel.instance,
-            partition_key=request.partition_key,
-            asset_selection=request.asset_selection,
-        )
+        cursor = result.cursor
+        for request in result.run_requests:
+            defs.resolve_job_def(request.job_name).execute_in_process(
+                instance=flywheel.instance,
+                partition_key=request.partition_key,
+                asset_selection=request.asset_selection,
+            )
+            ran.append((request.job_name, request.partition_key))
+    assert ran == [("dimension_warehouse_job", None), ("daily_warehouse_job", "2013-01-02")]
     assert defs.resources["warehouse"].dialect == "postgres"
     with defs.resources["warehouse"].connect() as con:
         (features,) = con.execute("select count(*) from fct_flight_features").fetchone()

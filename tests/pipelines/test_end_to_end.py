@@ -378,7 +378,7 @@ def test_a_retraining_killed_mid_training_does_not_stop_the_next_one(played, tmp
         assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
 
 
-MAIN_JOB = "import sys; from sim.driver.cli import main; sys.exit(main(sys.argv[1:]))"
+SIMULATION = "import sys; from sim.driver.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def report_figures(report: Path) -> dict[str, str]:
@@ -388,7 +388,7 @@ def report_figures(report: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_main_job_killed_mid_day_resumes_to_the_same_report(played, tmp_path) -> None:
+def test_the_simulation_killed_mid_day_resumes_to_the_same_report(played, tmp_path) -> None:
     args = ["run", "--start", NEXT.isoformat(), "--days", "2", "--trials", "1"]
     args += ["--max-epochs", "1", "--drift", f"celsius@{DRIFT.start.isoformat()}"]
     args += ["--validation-days", "2", "--test-days", "2"]  # the world has ten labelled days
@@ -400,10 +400,10 @@ def test_the_main_job_killed_mid_day_resumes_to_the_same_report(played, tmp_path
             # Killed while the second day's daily run builds its models, then started again.
             second = (NEXT + timedelta(days=1)).isoformat()
             kill_at_step(
-                MAIN_JOB, command, env, "daily_warehouse_job", "daily_dbt_models", 0, second
+                SIMULATION, command, env, "daily_warehouse_job", "daily_dbt_models", 0, second
             )
         done = subprocess.run(
-            [sys.executable, "-c", MAIN_JOB, *command],
+            [sys.executable, "-c", SIMULATION, *command],
             cwd=REPO,
             env={**os.environ, **env},
             capture_output=True,

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from pipelines.defs.ingestion.feed_checks import (
-    FreshnessPolicy,
-    VolumePolicy,
+    FreshnessRule,
+    VolumeRule,
     baseline_days,
     judge_freshness,
     judge_volume,
@@ -82,33 +82,33 @@ def test_the_source_lacks_weather_for_its_last_day_only():
 
 
 def test_volume_verdicts_against_the_same_weekday():
-    policy = VolumePolicy(trailing_weeks=4, min_history=3, error_below=0.5, warn_deviation=0.2)
+    rule = VolumeRule(trailing_weeks=4, min_history=3, error_below=0.5, warn_deviation=0.2)
     assert baseline_days("2013-03-29", 2) == ["2013-03-22", "2013-03-15"]
     history = {"2013-03-22": 100, "2013-03-15": 90, "2013-03-08": 110, "2013-03-28": 5}
-    normal = judge_volume("2013-03-29", 95, history, policy)
+    normal = judge_volume("2013-03-29", 95, history, rule)
     assert (normal.severity, normal.baseline, normal.baseline_median) == (
         "pass",
         {"2013-03-22": 100, "2013-03-15": 90, "2013-03-08": 110},
         100,
     )
     assert normal.reason == "2013-03-29: 95 rows, 95% of the same-weekday median 100"
-    low = judge_volume("2013-03-29", 75, history, policy)
+    low = judge_volume("2013-03-29", 75, history, rule)
     assert (low.severity, low.ratio) == ("warn", 0.75)
     assert low.reason.endswith("75% of the same-weekday median 100: more than 20% off")
-    assert judge_volume("2013-03-29", 125, history, policy).severity == "warn"
-    cut = judge_volume("2013-03-29", 49, history, policy)
+    assert judge_volume("2013-03-29", 125, history, rule).severity == "warn"
+    cut = judge_volume("2013-03-29", 49, history, rule)
     assert (cut.severity, cut.reason) == (
         "error",
         "2013-03-29: 49 rows, 49% of the same-weekday median 100: below 50%",
     )
     # Two same weekdays are too few to judge anything but an empty day.
     short = {d: n for d, n in history.items() if d != "2013-03-08"}
-    assert judge_volume("2013-03-29", 10, short, policy).severity == "pass"
-    assert judge_volume("2013-03-29", 0, {}, policy).severity == "error"
+    assert judge_volume("2013-03-29", 10, short, rule).severity == "pass"
+    assert judge_volume("2013-03-29", 0, {}, rule).severity == "error"
 
 
 def test_freshness_against_the_landing_frontier():
-    policy = FreshnessPolicy(max_lag_days=0, lookback_days=14)
+    rule = FreshnessRule(max_lag_days=0, lookback_days=14)
     days = [f"2013-01-0{i}" for i in range(1, 6)]
     verdicts = judge_freshness(
         {
@@ -117,7 +117,7 @@ def test_freshness_against_the_landing_frontier():
             "metar": {days[0], days[1], days[3], days[4]},  # a gap
             "radar": set(),  # never landed
         },
-        policy,
+        rule,
     )
     assert verdicts["flights"].passed
     assert verdicts["flights"].reason == "flights has landed every day up to 2013-01-05"
@@ -135,16 +135,16 @@ def test_freshness_against_the_landing_frontier():
     assert verdicts["metar"].reason == "metar has no file for 2013-01-03"
     assert verdicts["radar"].reason == "no radar file has landed; other feeds reached 2013-01-05"
     lenient = judge_freshness(
-        {"flights": set(days), "weather": set(days[:3])}, replace(policy, max_lag_days=2)
+        {"flights": set(days), "weather": set(days[:3])}, replace(rule, max_lag_days=2)
     )
     assert lenient["weather"].passed
     # Days before the lookback window are no longer reported.
     old = judge_freshness(
         {"flights": set(days), "weather": {days[0], days[3], days[4]}},
-        replace(policy, lookback_days=2),
+        replace(rule, lookback_days=2),
     )
     assert old["weather"].passed and old["weather"].missing_days == ()
-    assert judge_freshness({"flights": set()}, policy) == {}
+    assert judge_freshness({"flights": set()}, rule) == {}
 
 
 @pytest.mark.parametrize(
@@ -208,7 +208,7 @@ def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
 
 def test_a_header_only_day_blocks_its_features_and_scoring_and_a_short_day_does_not(flywheel):
     land(flywheel, *TRAILING, THANKSGIVING)
-    flywheel.run("reference_warehouse_job")
+    flywheel.run("dimension_warehouse_job")
     for day in TRAILING:
         flywheel.ingest(day, feeds=("flights",))
     # An empty weather file is an ERROR too, but the weather check does not block (see YAML).
@@ -303,14 +303,14 @@ def weather_days() -> dict[str, pd.DataFrame]:
 def test_every_real_weather_day_of_2013_passes_and_every_celsius_day_fails():
     from pipelines.defs.ingestion.feed_checks import judge_humidity
 
-    policy = POLICY.humidity["weather"]
+    rule = POLICY.humidity["weather"]
     days = weather_days()
-    verdicts = [judge_humidity(day, rows, policy) for day, rows in days.items()]
+    verdicts = [judge_humidity(day, rows, rule) for day, rows in days.items()]
     assert len(verdicts) == 364 and all(v.passed for v in verdicts)
     assert max(v.median_gap for v in verdicts) < 0.05
     celsius = [
         judge_humidity(
-            day, rows.assign(temp=(rows.temp - 32) * 5 / 9, dewp=(rows.dewp - 32) * 5 / 9), policy
+            day, rows.assign(temp=(rows.temp - 32) * 5 / 9, dewp=(rows.dewp - 32) * 5 / 9), rule
         )
         for day, rows in days.items()
     ]
@@ -320,8 +320,8 @@ def test_every_real_weather_day_of_2013_passes_and_every_celsius_day_fails():
     assert "not in the units its contract says" in worst.reason and worst.day in worst.reason
     # Only temperature converted: caught too; a day without dew points has nothing to judge.
     day, rows = "2013-06-01", days["2013-06-01"]
-    assert not judge_humidity(day, rows.assign(temp=(rows.temp - 32) * 5 / 9), policy).passed
-    empty = judge_humidity(day, rows.assign(dewp=None), policy)
+    assert not judge_humidity(day, rows.assign(temp=(rows.temp - 32) * 5 / 9), rule).passed
+    empty = judge_humidity(day, rows.assign(dewp=None), rule)
     assert (empty.passed, empty.rows, empty.median_gap) == (True, 0, None)
 
 
@@ -338,7 +338,7 @@ def test_a_day_of_weather_in_celsius_is_quarantined_and_its_flights_built_withou
 
     good, day = "2013-05-31", "2013-06-01"
     land(flywheel, good, day)
-    flywheel.run("reference_warehouse_job")
+    flywheel.run("dimension_warehouse_job")
     key = f"weather/{day}.csv"
     source = pd.read_csv(
         io.BytesIO(flywheel.zone.read_bytes(key)), dtype=str, keep_default_na=False
@@ -424,10 +424,10 @@ def test_a_file_quarantined_whole_keeps_every_row_with_its_line_and_own_reason()
 def test_the_declared_humidity_check_says_what_happens_to_a_failing_day():
     from pipelines.defs.ingestion.checks import humidity_check_spec
 
-    key, policy = dg.AssetKey("raw_weather"), POLICY.humidity["weather"]
-    assert policy.quarantine
-    assert humidity_check_spec(key, policy).description.endswith(
+    key, rule = dg.AssetKey("raw_weather"), POLICY.humidity["weather"]
+    assert rule.quarantine
+    assert humidity_check_spec(key, rule).description.endswith(
         "the day's rows are quarantined in raw.quarantine."
     )
-    kept = humidity_check_spec(key, replace(policy, quarantine=False)).description
+    kept = humidity_check_spec(key, replace(rule, quarantine=False)).description
     assert kept.endswith("the day's weather is still used.")

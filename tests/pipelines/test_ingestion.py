@@ -60,10 +60,10 @@ def test_rerunning_a_partition_replaces_it_exactly(flywheel):
     assert meta["dagster/row_count"].value == source_rows("flights", DAY)
 
 
-def test_reference_feeds_load_whole(flywheel):
+def test_dimension_feeds_load_whole(flywheel):
     land(flywheel, DAY)
-    flywheel.run("reference_warehouse_job", assets=["raw_planes", "raw_airports", "raw_airlines"])
-    flywheel.run("reference_warehouse_job", assets=["raw_planes", "raw_airports", "raw_airlines"])
+    flywheel.run("dimension_warehouse_job", assets=["raw_planes", "raw_airports", "raw_airlines"])
+    flywheel.run("dimension_warehouse_job", assets=["raw_planes", "raw_airports", "raw_airlines"])
     assert flywheel.scalar("select count(*) from raw.planes") == 3322
     assert flywheel.scalar("select count(*) from raw.airlines") == 16
     assert flywheel.scalar("select count(*) from raw.airports") == 1458

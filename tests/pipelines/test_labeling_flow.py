@@ -34,7 +34,7 @@ def expected_late(flight_ids: list[str]) -> dict[str, bool]:
 
 def test_export_label_import_round_trip(flywheel):
     land_days(flywheel.zone, [date(2013, 1, 1)])
-    flywheel.run("reference_warehouse_job")
+    flywheel.run("dimension_warehouse_job")
     flywheel.run("daily_warehouse_job", DAY)
     budget = {"budget": 40, "audit_share": 0.25}
     exported = materialize(flywheel, "label_tasks", DAY, budget)
@@ -71,7 +71,7 @@ def test_export_label_import_round_trip(flywheel):
 
 def test_bad_deliveries_are_quarantined_and_valid_labels_kept(flywheel):
     land_days(flywheel.zone, [date(2013, 1, 1)])
-    flywheel.run("reference_warehouse_job")
+    flywheel.run("dimension_warehouse_job")
     flywheel.run("daily_warehouse_job", DAY)
     materialize(flywheel, "label_tasks", DAY, {"budget": 10, "audit_share": 0.0})
     store = flywheel.defs.resources["label_store"]
@@ -119,7 +119,7 @@ def test_inbox_sensor_requests_each_delivery_day_once(flywheel):
 
 def test_with_a_champion_the_choice_follows_uncertainty_audit_and_drift(flywheel):
     land_days(flywheel.zone, [date(2013, 1, 1)])
-    flywheel.run("reference_warehouse_job")
+    flywheel.run("dimension_warehouse_job")
     flywheel.run("daily_warehouse_job", DAY)
     with duckdb.connect(str(flywheel.warehouse)) as con:
         con.execute(

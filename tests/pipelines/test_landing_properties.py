@@ -28,7 +28,7 @@ from pipelines.ingestion import RAW_SCHEMA, ensure_raw_tables, load_validated, r
 from pipelines.lib.warehouse import DuckDBConnection
 from pipelines.task import load_task
 from pipelines.validation import LandingFileError, ValidatedFile, validate_file
-from sim.world.replay import day_files, reference_files
+from sim.world.replay import day_files, dimension_files
 from tests.pipelines.fuzzing import LONG, QUICK, mutate_bytes
 
 TASK = load_task()
@@ -61,7 +61,7 @@ def good_lines(feed_name: str, day: str = DAY) -> tuple[str, ...]:
     if feed.kind == "daily":
         data = day_files(date.fromisoformat(day), TASK)[feed.landing_key(day)]
     else:
-        data = reference_files(TASK)[feed.landing_key()]
+        data = dimension_files(TASK)[feed.landing_key()]
     return tuple(data.decode().splitlines()[: ROWS + 1])
 
 
@@ -75,7 +75,7 @@ def encode(lines: list[str], ending: str = "\n") -> bytes:
 
 @pytest.fixture(scope="module")
 def warehouse() -> Iterator[DuckDBConnection]:
-    """A warehouse holding the good files: DAY and OTHER_DAY of each daily feed, the reference."""
+    """A warehouse holding the good files: DAY and OTHER_DAY of each daily feed, the dimensions."""
     con = DuckDBConnection(duckdb.connect())
     ensure_raw_tables(con, TASK)
     for feed in FEEDS.values():
@@ -128,7 +128,7 @@ def records(data: bytes) -> int:
 
 
 def check_landing_file(con: DuckDBConnection, feed_name: str, data: bytes) -> None:
-    """The ingestion invariants for one file of a feed landing on DAY (or as reference data)."""
+    """The ingestion invariants for one file of a feed landing on DAY (or as a dimension table)."""
     feed = FEEDS[feed_name]
     day, key = file_day(feed), feed.landing_key(file_day(feed))
     before = snapshot(con, feed)
@@ -160,7 +160,7 @@ def check_landing_file(con: DuckDBConnection, feed_name: str, data: bytes) -> No
 
 
 def partition(feed: FeedSpec, rows: list[tuple], day: str | None) -> tuple[list, list]:
-    """`rows` split into those of the landing day (all, for reference data) and the others."""
+    """`rows` split into those of the landing day (all, for a dimension table) and the others."""
     if feed.kind != "daily":
         return rows, []
     at = list(raw_table_columns(feed)).index("_landing_date")
@@ -332,7 +332,7 @@ def test_a_good_file_written_another_acceptable_way_loads_every_row(case):
 
 NUMBERS = FeedSpec(
     name="numbers",
-    kind="reference",
+    kind="dimension",
     columns=(ColumnSpec("n", "integer"), ColumnSpec("x", "float", nullable=True)),
     key=("n",),
 )
@@ -363,9 +363,9 @@ def numbers_warehouse() -> Iterator[DuckDBConnection]:
 
 def check_numbers(con, cases: list[tuple[int, str]], x: float) -> None:
     """Integers load exactly, beyond 2**53 too, or are quarantined as out of the 64-bit range;
-    a finite float loads exactly. (Reference data: each load replaces the last.)"""
+    a finite float loads exactly. (A dimension table: each load replaces the last.)"""
     lines = ["n,x", *(f'"{text}",{x!r}' for _, text in cases)]
-    validated = validate_file(NUMBERS, "reference/numbers.csv", encode(lines), ("",), None)
+    validated = validate_file(NUMBERS, "dimension/numbers.csv", encode(lines), ("",), None)
     load_validated(con, NUMBERS, [(None, validated)])
     inside = {n for n, _ in cases if INT64_MIN <= n <= INT64_MAX}
     finite = x == x and abs(x) != float("inf")

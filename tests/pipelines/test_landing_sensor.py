@@ -9,7 +9,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from pipelines.lib.landing_zone import landing_settled
 from pipelines.task import load_task
-from sim.world.replay import day_files, land_days, reference_files
+from sim.world.replay import day_files, dimension_files, land_days
 
 
 def tick(flywheel, cursor: str | None):
@@ -38,13 +38,45 @@ def by_partition(result) -> dict[str | None, dg.RunRequest]:
     return {r.partition_key: r for r in result.run_requests}
 
 
+def build_dimensions(flywheel, but: str | None = None) -> None:
+    """Record what a dimension run materializes (all of it, or all but the asset `but`)."""
+    job = flywheel.defs.resolve_job_def("dimension_warehouse_job")
+    for key in job.asset_layer.executable_asset_keys:
+        if key.to_user_string() != but:
+            flywheel.instance.report_runless_asset_event(dg.AssetMaterialization(key))
+
+
+def test_days_wait_for_the_first_dimension_run_then_go_at_once(flywheel):
+    land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
+    first = tick(flywheel, tick(flywheel, None).cursor)
+    # A day's models join the dimension tables: no day runs beside the first dimension run.
+    assert [(r.job_name, r.partition_key) for r in first.run_requests] == [
+        ("dimension_warehouse_job", None)
+    ]
+    assert not landing_settled(first.cursor)  # the days wait in the cursor
+    waiting = tick(flywheel, first.cursor)  # its run has not built them yet: the days wait
+    assert waiting.run_requests == []
+    build_dimensions(flywheel, but="stg_landing__airports")
+    assert tick(flywheel, waiting.cursor).run_requests == []  # one view short is not built
+    build_dimensions(flywheel)
+    # The listing settled before the days were held: they go at the next evaluation.
+    days = tick(flywheel, waiting.cursor)
+    assert [(r.job_name, r.partition_key) for r in days.run_requests] == [
+        ("daily_warehouse_job", "2013-01-01"),
+        ("daily_warehouse_job", "2013-01-02"),
+    ]
+    assert landing_settled(days.cursor)
+    assert tick(flywheel, days.cursor).run_requests == []
+
+
 def test_requests_each_landed_day_once(flywheel):
+    build_dimensions(flywheel)
     land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
     first = take(flywheel, None)
     requests = by_partition(first)
     assert sorted(requests, key=str) == ["2013-01-01", "2013-01-02", None]
-    assert requests[None].job_name == "reference_warehouse_job"
-    assert first.run_requests[0].partition_key is None  # reference data is requested first
+    assert requests[None].job_name == "dimension_warehouse_job"
+    assert first.run_requests[0].partition_key is None  # the dimension tables are requested first
     day = requests["2013-01-01"]
     assert day.job_name == "daily_warehouse_job"
     selected = {k.to_user_string() for k in day.asset_selection}
@@ -60,12 +92,13 @@ def test_requests_each_landed_day_once(flywheel):
 
 
 def test_a_landing_under_way_is_taken_whole_once_the_listing_settles(flywheel):
-    references = iter(reference_files().items())
-    flywheel.zone.write_bytes(*next(references))
-    first = tick(flywheel, None)  # one reference file of several is there
+    build_dimensions(flywheel)
+    dimensions = iter(dimension_files().items())
+    flywheel.zone.write_bytes(*next(dimensions))
+    first = tick(flywheel, None)  # one dimension file of several is there
     assert first.run_requests == [] and not landing_settled(first.cursor)
     assert first.skip_message is not None and "1 new or replaced" in first.skip_message
-    for key, data in references:
+    for key, data in dimensions:
         flywheel.zone.write_bytes(key, data)
     for key, data in day_files(date(2013, 1, 1)).items():
         flywheel.zone.write_bytes(key, data)
@@ -73,18 +106,19 @@ def test_a_landing_under_way_is_taken_whole_once_the_listing_settles(flywheel):
     assert moved.run_requests == [] and not landing_settled(moved.cursor)
     taken = tick(flywheel, moved.cursor)
     assert [(r.job_name, r.partition_key) for r in taken.run_requests] == [
-        ("reference_warehouse_job", None),
+        ("dimension_warehouse_job", None),
         ("daily_warehouse_job", "2013-01-01"),
     ]
-    reference = taken.run_requests[0]
-    tables = sorted(feed.asset_name for feed in load_task().reference_feeds)
-    assert len(tables) > 1 and reference.tags["flywheel/files"].split(",") == tables
+    dimension = taken.run_requests[0]
+    tables = sorted(feed.asset_name for feed in load_task().dimension_feeds)
+    assert len(tables) > 1 and dimension.tags["flywheel/files"].split(",") == tables
     daily = taken.run_requests[1]
     assert {"raw_flights", "raw_weather"} <= {k.to_user_string() for k in daily.asset_selection}
     assert tick(flywheel, taken.cursor).run_requests == []
 
 
 def test_a_cursor_of_the_earlier_format_is_read_as_the_files_it_has_seen(flywheel):
+    build_dimensions(flywheel)
     land_days(flywheel.zone, [date(2013, 1, 1)])
     old = json.dumps({f.key: f.version for f in flywheel.zone.list_files()})
     assert tick(flywheel, old).run_requests == []
@@ -93,6 +127,7 @@ def test_a_cursor_of_the_earlier_format_is_read_as_the_files_it_has_seen(flywhee
 
 
 def test_a_replaced_file_is_requested_again_with_a_new_run_key(flywheel):
+    build_dimensions(flywheel)
     land_days(flywheel.zone, [date(2013, 1, 1)])
     first = take(flywheel, None)
     old_key = by_partition(first)["2013-01-01"].run_key
@@ -122,6 +157,7 @@ def test_a_misnamed_file_is_reported_and_not_requested(flywheel, capfd):
 
 
 def test_freshness_is_reported_when_the_daily_files_change(flywheel):
+    build_dimensions(flywheel)
     land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
     flights_only = day_files(date(2013, 1, 3))
     flywheel.zone.write_bytes("flights/2013-01-03.csv", flights_only["flights/2013-01-03.csv"])
@@ -159,6 +195,7 @@ def test_freshness_is_reported_when_the_daily_files_change(flywheel):
 
 
 def test_a_stray_file_rewritten_at_every_evaluation_holds_nothing_back(flywheel):
+    build_dimensions(flywheel)
     land_days(flywheel.zone, [date(2013, 1, 1)])
     cursor = None
     for n in range(3):

@@ -24,13 +24,13 @@ def zone(request, tmp_path) -> LandingZone:
 def test_write_read_and_list(zone):
     assert zone.list_files() == []
     assert zone.write_bytes("flights/2013-01-01.csv", b"a,b\n1,2\n") is True
-    assert zone.write_bytes("reference/planes.csv", b"tailnum\nN1\n") is True
+    assert zone.write_bytes("dimension/planes.csv", b"tailnum\nN1\n") is True
     assert zone.read_bytes("flights/2013-01-01.csv") == b"a,b\n1,2\n"
     assert [(f.key, f.size) for f in zone.list_files()] == [
+        ("dimension/planes.csv", 11),
         ("flights/2013-01-01.csv", 8),
-        ("reference/planes.csv", 11),
     ]
-    assert [f.key for f in zone.list_files("reference/")] == ["reference/planes.csv"]
+    assert [f.key for f in zone.list_files("dimension/")] == ["dimension/planes.csv"]
 
 
 def test_a_prefix_lists_what_starts_with_it_whatever_folder_it_ends_in(zone):
@@ -85,9 +85,9 @@ def test_local_zone_hides_unfinished_writes(tmp_path):
 def test_s3_zone_keeps_files_under_its_prefix(s3_env):
     s3 = S3Resource(endpoint_url=s3_env.endpoint_url, region_name=s3_env.region)
     zone = S3LandingZone(s3=s3, bucket=s3_env.bucket, prefix="landing")
-    zone.write_bytes("reference/airlines.csv", b"carrier,name\n")
+    zone.write_bytes("dimension/airlines.csv", b"carrier,name\n")
     listed = s3.get_client().list_objects_v2(Bucket=s3_env.bucket)["Contents"]
-    assert [o["Key"] for o in listed] == ["landing/reference/airlines.csv"]
+    assert [o["Key"] for o in listed] == ["landing/dimension/airlines.csv"]
     assert zone.uri == f"s3://{s3_env.bucket}/landing"
 
 
@@ -96,10 +96,10 @@ def test_sim_lands_a_day_into_s3(s3_env):
     zone = S3LandingZone(s3=s3, bucket=s3_env.bucket, prefix="landing")
     report = land_days(zone, [date(2013, 1, 1)])
     assert [f.key for f in zone.list_files()] == [
+        "dimension/airlines.csv",
+        "dimension/airports.csv",
+        "dimension/planes.csv",
         "flights/2013-01-01.csv",
-        "reference/airlines.csv",
-        "reference/airports.csv",
-        "reference/planes.csv",
         "weather/2013-01-01.csv",
     ]
     assert report.written == 5 and report.flights_rows == 842

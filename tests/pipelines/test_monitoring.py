@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 
 from ml.config import FeatureConfig
-from ml.drift import build_reference
+from ml.drift import build_training_profile
 from pipelines.defs.monitoring.assets import FLAGS_TABLE, _ensure
 from pipelines.defs.monitoring.triggers import build_monitoring_triggers, in_cooldown
 from pipelines.lib.warehouse import DuckDBWarehouse, replace_rows
 from pipelines.monitoring import drift_table, flagged_segments, realized_performance
-from pipelines.policy import MonitoringPolicy
+from pipelines.thresholds import MonitoringSpec
 
-POLICY = MonitoringPolicy(min_labels=100, cooldown_days=7, exclude_features=("scheduled_month",))
+POLICY = MonitoringSpec(min_labels=100, cooldown_days=7, exclude_features=("scheduled_month",))
 
 
 def flights(n: int, seed: int, temp_shift: float = 0.0, carrier: str | None = None):
@@ -37,8 +37,8 @@ def flights(n: int, seed: int, temp_shift: float = 0.0, carrier: str | None = No
 
 def test_drift_table_flags_shifted_features_and_segments_not_excluded_ones() -> None:
     features = FeatureConfig()
-    reference = flights(4000, seed=0)
-    profile = build_reference(reference, features.categorical, features.numeric)
+    training = flights(4000, seed=0)
+    profile = build_training_profile(training, features.categorical, features.numeric)
     same = drift_table(profile, flights(2000, seed=1), None, features, POLICY)
     assert not same.is_drifted.any(), same[same.is_drifted]
     shifted = drift_table(
@@ -46,7 +46,7 @@ def test_drift_table_flags_shifted_features_and_segments_not_excluded_ones() -> 
     )
     drifted = set(shifted.loc[shifted.is_drifted, "feature"])
     assert drifted == {"temp", "carrier"}
-    # A calendar feature is excluded by policy even though it moved.
+    # A calendar feature is excluded by the monitoring settings even though it moved.
     assert "scheduled_month" not in set(shifted.feature)
     segments = flagged_segments(profile, flights(2000, 2, 30, "EV"), shifted, POLICY)
     assert segments.segment_type.tolist()[0] == "carrier"
@@ -56,9 +56,9 @@ def test_drift_table_flags_shifted_features_and_segments_not_excluded_ones() -> 
 
 def test_flagged_segments_are_stored_after_days_that_flagged_none(tmp_path) -> None:
     # The table is created by the first day monitored; that day flagged nothing (2013-01-12 of
-    # the main job): its text columns must still take the segments of the days after.
+    # the simulation): its text columns must still take the segments of the days after.
     features = FeatureConfig()
-    profile = build_reference(flights(4000, seed=0), features.categorical, features.numeric)
+    profile = build_training_profile(flights(4000, seed=0), features.categorical, features.numeric)
     quiet = flights(2000, seed=1)
     none = flagged_segments(
         profile, quiet, drift_table(profile, quiet, None, features, POLICY), POLICY

@@ -56,10 +56,10 @@ def rows(flywheel, query: str) -> pd.DataFrame:
 
 
 def play_days(flywheel) -> dict:
-    """The landing days as the main job plays them (ingest, build, export tasks, annotators
+    """The landing days as the simulation plays them (ingest, build, export tasks, annotators
     deliver, import labels), then the training marts and the dataset."""
     land_days(flywheel.zone, [date.fromisoformat(d) for d in DAYS])
-    flywheel.run("reference_warehouse_job")
+    flywheel.run("dimension_warehouse_job")
     store = flywheel.defs.resources["label_store"]
     annotators = LabelingService(store, latency_days=1)
     for day in DAYS:
@@ -135,7 +135,7 @@ def test_four_partitions_ingested_and_built_at_once_with_exact_counts(
     Every day holds exactly its flights, once, in the raw table and in every daily model."""
     days = DAYS[:3]
     land_days(pg_flywheel.zone, [date.fromisoformat(d) for d in days])
-    pg_flywheel.run("reference_warehouse_job")
+    pg_flywheel.run("dimension_warehouse_job")
     processes = [
         subprocess.Popen(
             [sys.executable, "-c", RUN_DAY, str(pg_flywheel.home), day],

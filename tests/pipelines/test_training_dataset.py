@@ -209,7 +209,7 @@ def test_a_save_prints_nothing_and_a_remote_it_cannot_write_is_a_clear_error(
     version = store.save("flights", {"train": frame})
     assert remote_objects(tmp_path / "remote")
     assert version.dvc_hash == datasets.read_dvc_hash(version.pointer)
-    assert capfd.readouterr().out == ""  # DVC's hints go nowhere near the main job's terminal
+    assert capfd.readouterr().out == ""  # DVC's hints go nowhere near the simulation's terminal
 
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")

@@ -81,7 +81,7 @@ def pd_dates(frame):
 
 def test_feature_mart_has_one_row_per_flight_and_checks_pass(flywheel):
     land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
-    flywheel.run("reference_warehouse_job")
+    flywheel.run("dimension_warehouse_job")
     results = [flywheel.run("daily_warehouse_job", d) for d in ("2013-01-01", "2013-01-02")]
     for day in ("2013-01-01", "2013-01-02"):
         n = flywheel.scalar(f"select count(*) from fct_flight_features where flight_date = '{day}'")
@@ -111,7 +111,7 @@ def test_feature_mart_has_one_row_per_flight_and_checks_pass(flywheel):
 
 def test_features_of_a_day_do_not_change_when_later_days_arrive(flywheel):
     land_days(flywheel.zone, [date(2013, 1, 1) + timedelta(days=i) for i in range(3)])
-    flywheel.run("reference_warehouse_job")
+    flywheel.run("dimension_warehouse_job")
     add_labels(flywheel, ["2013-01-01"], known_day="2013-01-02")
     add_labels(flywheel, ["2013-01-02"], known_day="2013-01-03")  # known during day D itself
     run_range(flywheel, "2013-01-01", "2013-01-03")
@@ -132,7 +132,7 @@ def test_features_of_a_day_do_not_change_when_later_days_arrive(flywheel):
 
 def test_two_partitions_materialized_at_once_both_complete(flywheel):
     land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
-    flywheel.run("reference_warehouse_job")
+    flywheel.run("dimension_warehouse_job")
     dagster_home = flywheel.home / "dagster"
     dagster_home.mkdir(parents=True)
     (dagster_home / "dagster.yaml").write_text((REPO / "deploy" / "dagster.yaml").read_text())
@@ -187,7 +187,7 @@ def test_a_partition_run_builds_only_its_days_and_reparses_nothing(flywheel, tmp
     for name in WINDOW_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     land_days(flywheel.zone, [date(2013, 1, 1), date(2013, 1, 2)])
-    flywheel.run("reference_warehouse_job")  # parses everything: no parse state yet
+    flywheel.run("dimension_warehouse_job")  # parses everything: no parse state yet
 
     flywheel.run("daily_warehouse_job", "2013-01-02")
     built = flywheel.sql("select distinct flight_date from fct_flight_features")

@@ -34,7 +34,7 @@ def test_advance_lands_days_from_the_task_start(home, capsys, source_counts):
     landed = _landed(home)
     days = ["2013-01-01", "2013-01-02", "2013-01-03"]
     expected = {f"{feed}/{d}.csv" for feed in ("flights", "weather") for d in days}
-    expected |= {f"reference/{name}.csv" for name in ("planes", "airports", "airlines")}
+    expected |= {f"dimension/{name}.csv" for name in ("planes", "airports", "airlines")}
     assert set(landed) == expected
     for d in days:
         assert _row_count(landed[f"flights/{d}.csv"]) == source_counts["flights"][d]

@@ -131,8 +131,8 @@ def test_an_unknown_trigger_is_refused() -> None:
         Recorded(("drift_sensor", "hourly_schedule"))
 
 
-def live_main_jobs(out: Path) -> list[int]:
-    """The processes running a policy's main job on `out` (zombies are dead)."""
+def live_simulations(out: Path) -> list[int]:
+    """The processes running a policy's simulation on `out` (zombies are dead)."""
     pids = []
     for proc in Path("/proc").iterdir():
         try:
@@ -148,7 +148,7 @@ def live_main_jobs(out: Path) -> list[int]:
 
 def killed_in_its_third_day(args: list[str], out: Path) -> None:
     """Run compare in a process of its own and SIGKILL it once its policy played two days: its
-    main job must die with it, at once."""
+    simulation must die with it, at once."""
     command = [sys.executable, "-m", "sim", *args]
     with subprocess.Popen(
         command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -159,16 +159,16 @@ def killed_in_its_third_day(args: list[str], out: Path) -> None:
                 break
         else:
             raise AssertionError("compare ended before its second day")
-        # The main job dies with compare through Linux's prctl, and is found through /proc.
+        # The simulation dies with compare through Linux's prctl, and is found through /proc.
         linux = sys.platform == "linux"
-        assert not linux or live_main_jobs(out), "no main job ran under compare"
+        assert not linux or live_simulations(out), "no simulation ran under compare"
         compare.kill()
     if not linux:
         return
     # At once: left running, it would die only when it next prints to the closed pipe (the
     # next day's line, seconds later; minutes inside a retraining), meanwhile a second compare
-    # could start a second main job on the same state.
+    # could start a second simulation on the same state.
     deadline = time.monotonic() + 1.0
-    while live_main_jobs(out):
-        assert time.monotonic() < deadline, "the main job outlived the compare that started it"
+    while live_simulations(out):
+        assert time.monotonic() < deadline, "the simulation outlived the compare that started it"
         time.sleep(0.05)

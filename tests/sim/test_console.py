@@ -1,4 +1,4 @@
-"""The main job's terminal: its own lines only; libraries' output in the log file; errors once."""
+"""The simulation's terminal: its own lines only; libraries' output in the log file; errors once."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ print("after")
 """
 
 
-def test_only_the_main_jobs_lines_reach_the_terminal(tmp_path) -> None:
-    log = tmp_path / "logs" / "main_job.log"
+def test_only_the_simulations_lines_reach_the_terminal(tmp_path) -> None:
+    log = tmp_path / "logs" / "simulation.log"
     done = subprocess.run(
         [sys.executable, "-c", LIBRARY_NOISE, str(log)],
         cwd=REPO,
@@ -72,7 +72,7 @@ def test_a_failed_run_prints_its_error_once_and_the_log_then_exits_1(tmp_path) -
         env={"PATH": "/usr/bin:/bin", "FLYWHEEL_HOME": str(tmp_path), "HOME": str(tmp_path)},
     )
     assert done.returncode == 1
-    (log,) = (tmp_path / "logs").glob("main_job-*.log")
+    (log,) = (tmp_path / "logs").glob("simulation-*.log")
     assert done.stdout.splitlines() == [
         f"logs (Dagster, dbt, training): {log}",
         "[1/2 3s] 2013-01-01: daily_warehouse 3s",

@@ -160,7 +160,7 @@ def test_the_codes_are_those_of_the_training_rows_in_a_real_sized_week() -> None
 def add_by_week(
     fits: BaselineFits, frame: pd.DataFrame, weeks: int, spend: pd.Series | None = None
 ) -> None:
-    """As the main job does: each week's flights once it is played, that week's fit, and the
+    """As the simulation does: each week's flights once it is played, that week's fit, and the
     labels spent on the days played so far (when given)."""
     for k in range(weeks):
         monday = START + timedelta(days=7 * k)
@@ -259,8 +259,8 @@ if __name__ == "__main__":
 """
 
 
-def test_the_fitting_process_ends_when_the_main_job_is_killed(tmp_path) -> None:
-    script = tmp_path / "main_job.py"
+def test_the_fitting_process_ends_when_the_simulation_is_killed(tmp_path) -> None:
+    script = tmp_path / "simulation.py"
     script.write_text(KILLED_PARENT)
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None

@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.task import load_task
-from sim.world.replay import day_files, land_days, reference_files
+from sim.world.replay import day_files, dimension_files, land_days
 
 TASK = load_task("flights")
 OUTCOMES = {"dep_time", "dep_delay", "arr_time", "arr_delay", "air_time"}
@@ -50,7 +50,7 @@ def test_last_day_weather_file_is_header_only():
 
 
 def test_values_follow_the_contract_types():
-    files = {**day_files(date(2013, 2, 8), TASK), **reference_files(TASK)}
+    files = {**day_files(date(2013, 2, 8), TASK), **dimension_files(TASK)}
     for key, data in files.items():
         feed, _ = TASK.match_key(key)
         _, rows = _rows(data)
@@ -74,22 +74,22 @@ def test_missing_values_are_empty_and_floats_keep_source_digits():
     assert first_ewr["wind_gust"] == ""
 
 
-def test_reference_files_hold_every_source_row():
-    files = reference_files(TASK)
+def test_dimension_files_hold_every_source_row():
+    files = dimension_files(TASK)
     counts = {key: len(_rows(data)[1]) for key, data in files.items()}
     assert counts == {
-        "reference/planes.csv": 3322,
-        "reference/airports.csv": 1458,
-        "reference/airlines.csv": 16,
+        "dimension/planes.csv": 3322,
+        "dimension/airports.csv": 1458,
+        "dimension/airlines.csv": 16,
     }
-    _, airports = _rows(files["reference/airports.csv"])
+    _, airports = _rows(files["dimension/airports.csv"])
     assert sum(r["tzone"] == "" for r in airports) == 3
 
 
 def test_bytes_are_deterministic():
     day = date(2013, 7, 4)
     assert day_files(day, TASK) == day_files(day, TASK)
-    assert reference_files(TASK) == reference_files(TASK)
+    assert dimension_files(TASK) == dimension_files(TASK)
 
 
 def test_landing_twice_writes_nothing_new(tmp_path):

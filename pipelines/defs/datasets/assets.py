@@ -5,12 +5,12 @@ import numpy as np
 import pandas as pd
 
 from ml.splits import split_by_time
-from pipelines.contracts import TaskSpec
 from pipelines.labeling.selection import REASON_COLUMN, importance_weights
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.model_spec import ModelSpec
 from pipelines.settings import retraining_default
+from pipelines.task import Task
 
 
 class DatasetConfig(dg.Config):
@@ -57,8 +57,9 @@ def _days(values: pd.Series) -> pd.Series:
     return pd.Series(pd.to_datetime(values).dt.date.to_numpy())
 
 
-def build_dataset_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefinition]:
+def build_dataset_assets(task: Task) -> list[dg.AssetsDefinition]:
     """The `training_dataset` asset of `task`."""
+    spec = task.model
 
     @dg.asset(
         group_name="datasets",

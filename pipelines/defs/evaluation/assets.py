@@ -6,7 +6,6 @@ import dagster as dg
 import pandas as pd
 
 from ml.promotion import GateInputs, decide, gate_inputs_of
-from pipelines.contracts import TaskSpec
 from pipelines.defs.evaluation.challenger_evaluation import evaluate_challenger
 from pipelines.defs.evaluation.publishing import evaluation_metadata, log_evaluation
 from pipelines.defs.training.assets import latest_dataset
@@ -14,8 +13,7 @@ from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.registry import champion, model_version, record_decision, registered_name
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
-from pipelines.model_spec import ModelSpec
-from pipelines.policy import PromotionPolicy
+from pipelines.task import Task
 
 GROUP = "evaluation"
 CHALLENGER = dg.AssetKey("challenger_model")
@@ -30,10 +28,9 @@ def latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str,
     return {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
 
-def build_evaluation_assets(
-    task: TaskSpec, spec: ModelSpec, policy: PromotionPolicy
-) -> list[dg.AssetsDefinition]:
+def build_evaluation_assets(task: Task) -> list[dg.AssetsDefinition]:
     """`model_evaluation` and `champion_model` for `task`."""
+    spec, promotion = task.model, task.promotion
     name = registered_name(task.name)
 
     @dg.asset(group_name=GROUP, deps=[CHALLENGER], pool=WAREHOUSE_POOL, kinds={"mlflow"})
@@ -44,19 +41,19 @@ def build_evaluation_assets(
         dataset_store: DvcDatasetStore,
     ) -> dg.MaterializeResult:
         """Challenger vs champion vs baselines on the newest labelled days: metrics, slices,
-        paired bootstrap intervals and plots; stores the challenger's monitoring reference."""
+        paired bootstrap intervals and plots; stores the challenger's training profile."""
         version = int(latest_metadata(context.instance, CHALLENGER)["registered_model_version"])
         challenger = model_version(tracker, name, version)
         current = champion(tracker, name)
         dataset = latest_dataset(context.instance, dataset_store)
         result = evaluate_challenger(
-            tracker, warehouse, spec, dataset, challenger, current, policy, seed=0
+            tracker, warehouse, spec, dataset, challenger, current, promotion, seed=0
         )
         log_evaluation(tracker, challenger, result)
-        inputs = gate_inputs_of(result.evaluation, policy.gate.metric)
+        inputs = gate_inputs_of(result.evaluation, promotion.gate.metric)
         return dg.MaterializeResult(
             metadata={
-                **evaluation_metadata(result, policy),
+                **evaluation_metadata(result, promotion),
                 "challenger_version": challenger.version,
                 "champion_version": current.version if current else "none",
                 "dataset_dvc_hash": dataset.dvc_hash,
@@ -71,7 +68,7 @@ def build_evaluation_assets(
         """Move the champion alias to the challenger if the gate passes; record why either way."""
         evaluation = latest_metadata(context.instance, EVALUATION)
         version = int(evaluation["challenger_version"])
-        decision = decide(gate_inputs_from_metadata(evaluation["gate_inputs"]), policy.gate)
+        decision = decide(gate_inputs_from_metadata(evaluation["gate_inputs"]), promotion.gate)
         verdict = "promoted" if decision.promote else "rejected"
         previous = record_decision(
             tracker, name, version, verdict, decision.reason, decision.promote

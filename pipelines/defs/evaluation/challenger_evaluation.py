@@ -1,6 +1,6 @@
 """The challenger's evaluation as the pipelines run it: every model's scores on the dataset's test
 window (the registered models from MLflow, the baselines kept with the challenger's run), the
-`ml.evaluation` figures and plots, and the monitoring reference profile read from the
+`ml.evaluation` figures and plots, and the training profile read from the
 warehouse."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pipelines.lib.registry import (
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import Warehouse
 from pipelines.model_spec import ModelSpec
-from pipelines.policy import PromotionPolicy
+from pipelines.thresholds import PromotionSpec
 
 if TYPE_CHECKING:
     from ml.config import FeatureConfig
@@ -34,7 +34,7 @@ MIN_UNBIASED_ROWS = 200
 
 @dataclass
 class ChallengerEvaluation:
-    """Every model's scores on the test window, the figures, and the challenger's reference."""
+    """Every model's scores on the test window, figures, and the challenger's training profile."""
 
     evaluation: Evaluation
     labels: np.ndarray
@@ -54,7 +54,7 @@ def _scores(
     return np.asarray(scores, dtype=np.float64)
 
 
-def reference_profile(
+def training_profile(
     tracker: MlflowTracker,
     warehouse: Warehouse,
     spec: ModelSpec,
@@ -63,7 +63,7 @@ def reference_profile(
 ) -> dict:
     """Every example (labelled or not) of the training days, and the model's scores on every
     example of the validation days: what monitoring later compares production with."""
-    from ml.drift import build_reference
+    from ml.drift import build_training_profile
 
     features = spec.features
     query = f"select * from {spec.features_table} where {spec.time_column} between ? and ?"
@@ -71,7 +71,9 @@ def reference_profile(
         train = con.execute(query, _span(frames["train"], spec)).df()
         validation = con.execute(query, _span(frames["validation"], spec)).df()
     scores = _scores(tracker, spec, model, validation)
-    profile = build_reference(train, features.categorical, features.numeric, predictions=scores)
+    profile = build_training_profile(
+        train, features.categorical, features.numeric, predictions=scores
+    )
     return profile.to_dict()
 
 
@@ -99,7 +101,7 @@ def evaluate_challenger(
     dataset: TrainingDataset,
     challenger: ModelVersion,
     champion: ModelVersion | None,
-    policy: PromotionPolicy,
+    promotion: PromotionSpec,
     seed: int = 0,
 ) -> ChallengerEvaluation:
     """Score the dataset's test split with the challenger, the champion and the baselines, and
@@ -123,11 +125,11 @@ def evaluate_challenger(
         label,
         predictions,
         spec.slice_keys(),
-        reference="challenger",
+        model="challenger",
         against="champion" if champion is not None else None,
-        n_boot=policy.n_boot,
+        n_boot=promotion.n_boot,
         seed=seed,
-        confidence=policy.confidence,
+        confidence=promotion.confidence,
     )
     labels = test[label].to_numpy(dtype=np.float64)
     return ChallengerEvaluation(
@@ -135,7 +137,7 @@ def evaluate_challenger(
         labels=labels,
         predictions=predictions,
         window=tuple(_span(test, spec)),
-        profile=reference_profile(tracker, warehouse, spec, frames, challenger),
+        profile=training_profile(tracker, warehouse, spec, frames, challenger),
         sample=sample,
         plots=evaluation_plots(labels, predictions, evaluation),
     )

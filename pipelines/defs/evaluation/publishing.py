@@ -1,5 +1,5 @@
 """Where a challenger's evaluation is shown: its MLflow run (metrics, summary, plots, the
-monitoring reference profile) and the Dagster UI (the evaluation asset's metadata)."""
+training profile for monitoring) and the Dagster UI (the evaluation asset's metadata)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from ml.evaluation import METRICS, evaluation_summary, overall_by_model
 from pipelines.defs.evaluation.challenger_evaluation import ChallengerEvaluation
 from pipelines.lib.registry import PROFILE_ARTIFACT, ModelVersion, log_json, log_png
 from pipelines.lib.tracking import MlflowTracker
-from pipelines.policy import PromotionPolicy
+from pipelines.thresholds import PromotionSpec
 
 
 def log_evaluation(
     tracker: MlflowTracker, challenger: ModelVersion, result: ChallengerEvaluation
 ) -> None:
-    """Test metrics, comparison, slices, plots and the monitoring reference, on the
+    """Test metrics, comparison, slices, plots and the training profile, on the
     challenger's MLflow run."""
     overall = overall_by_model(result.evaluation)
     metrics = {f"test/{m}": float(overall.loc["challenger", m]) for m in METRICS}
@@ -35,7 +35,7 @@ def _image(title: str, png: bytes) -> str:
     return f"![{title}](data:image/png;base64,{base64.b64encode(png).decode()})"
 
 
-def evaluation_metadata(result: ChallengerEvaluation, policy: PromotionPolicy) -> dict:
+def evaluation_metadata(result: ChallengerEvaluation, promotion: PromotionSpec) -> dict:
     """Dagster metadata: tables of overall and slice figures, the intervals, the plots."""
     overall = overall_by_model(result.evaluation).reset_index()
     comparison = [
@@ -45,7 +45,7 @@ def evaluation_metadata(result: ChallengerEvaluation, policy: PromotionPolicy) -
     ] or ["- no champion yet: the challenger is compared with the baselines' floor"]
     images = [_image(name, png) for name, png in result.plots.items()]
     slices = result.evaluation.slices
-    worst = slices[slices.n >= policy.gate.min_slice_rows].sort_values("auroc").head(12)
+    worst = slices[slices.n >= promotion.gate.min_slice_rows].sort_values("auroc").head(12)
     return {
         "test_window": f"{result.window[0]}..{result.window[1]}",
         "test_rows": len(result.labels),
@@ -55,5 +55,5 @@ def evaluation_metadata(result: ChallengerEvaluation, policy: PromotionPolicy) -
         "weakest_slices": dg.MetadataValue.md(worst.to_markdown(index=False, floatfmt=".4f")),
         "plots": dg.MetadataValue.md("\n\n".join(images)),
         "test/auroc": float(overall.set_index("model").loc["challenger", "auroc"]),
-        "gate_metric": policy.gate.metric,
+        "gate_metric": promotion.gate.metric,
     }

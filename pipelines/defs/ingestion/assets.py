@@ -32,8 +32,8 @@ def feed_asset_key(feed: FeedSpec) -> dg.AssetKey:
 def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.AssetsDefinition:
     """An asset that loads `feed`'s landing files into its raw table, quarantining bad rows;
     a daily feed's asset also checks the volume and freshness of its files (and, where the task
-    has a humidity policy for it, their humidity against temperature and dew point, judged
-    before the load: a failing day is quarantined whole where the policy says so)."""
+    has a humidity rule for it, their humidity against temperature and dew point, judged
+    before the load: a failing day is quarantined whole where the rule says so)."""
     daily = feed.kind == "daily"
     pattern = feed.landing_key("YYYY-MM-DD") if daily else feed.landing_key()
     key = feed_asset_key(feed)

@@ -7,7 +7,7 @@ landing sensor whenever the listing changes (before any run waits on a late file
 each ingestion run, so a run never leaves it planned but unevaluated. `humidity` (on a weather
 feed whose task names one) is evaluated by the ingestion asset on the day's validated rows,
 before they are loaded; an ERROR that never blocks: it says the feed changed its units, and,
-where its policy quarantines, the day's rows go to the quarantine instead of the raw table.
+where its rule quarantines, the day's rows go to the quarantine instead of the raw table.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import pandas as pd
 from pipelines.contracts import FeedSpec, TaskSpec
 from pipelines.defs.ingestion.feed_checks import (
     SEVERITY_RANK,
-    FreshnessPolicy,
+    FreshnessRule,
     FreshnessVerdict,
-    HumidityPolicy,
+    HumidityRule,
     HumidityVerdict,
-    VolumePolicy,
+    VolumeRule,
     judge_freshness,
     judge_humidity,
     judge_volume,
@@ -43,12 +43,12 @@ MAX_DAYS_DESCRIBED = 5
 
 def feed_check_specs(
     key: dg.AssetKey,
-    volume: VolumePolicy,
-    freshness: FreshnessPolicy,
-    humidity: HumidityPolicy | None = None,
+    volume: VolumeRule,
+    freshness: FreshnessRule,
+    humidity: HumidityRule | None = None,
 ) -> list[dg.AssetCheckSpec]:
     """The volume and freshness checks of a daily feed's ingestion asset, and its humidity
-    check if it has a policy."""
+    check if it has a rule."""
     blocks = " that blocks the day's features and scoring" if volume.blocking else ""
     specs = [
         dg.AssetCheckSpec(
@@ -74,18 +74,18 @@ def feed_check_specs(
     return specs if humidity is None else [*specs, humidity_check_spec(key, humidity)]
 
 
-def humidity_check_spec(key: dg.AssetKey, policy: HumidityPolicy) -> dg.AssetCheckSpec:
+def humidity_check_spec(key: dg.AssetKey, rule: HumidityRule) -> dg.AssetCheckSpec:
     """The humidity check of a weather feed's ingestion asset (never blocking)."""
     return dg.AssetCheckSpec(
         HUMIDITY,
         asset=key,
         description=(
-            f"A day's reported {policy.humidity} against the relative humidity that "
-            f"{policy.temperature} and {policy.dew_point} imply in {policy.units} (Magnus): a "
-            f"median gap over {policy.max_median_gap:g} points is an ERROR (units changed); "
+            f"A day's reported {rule.humidity} against the relative humidity that "
+            f"{rule.temperature} and {rule.dew_point} imply in {rule.units} (Magnus): a "
+            f"median gap over {rule.max_median_gap:g} points is an ERROR (units changed); "
             + (
                 f"the day's rows are quarantined in {RAW_SCHEMA}.quarantine."
-                if policy.quarantine
+                if rule.quarantine
                 else "the day's weather is still used."
             )
         ),
@@ -93,14 +93,14 @@ def humidity_check_spec(key: dg.AssetKey, policy: HumidityPolicy) -> dg.AssetChe
 
 
 def judge_files(
-    files: Sequence[tuple[str | None, ValidatedFile]], policy: HumidityPolicy
+    files: Sequence[tuple[str | None, ValidatedFile]], rule: HumidityRule
 ) -> list[HumidityVerdict]:
     """The humidity verdict on each day's validated rows."""
-    return [judge_humidity(str(day), vf.rows, policy) for day, vf in files]
+    return [judge_humidity(str(day), vf.rows, rule) for day, vf in files]
 
 
 def humidity_result(
-    key: dg.AssetKey, verdicts: Sequence[HumidityVerdict], policy: HumidityPolicy
+    key: dg.AssetKey, verdicts: Sequence[HumidityVerdict], rule: HumidityRule
 ) -> dg.AssetCheckResult:
     """The humidity of the days a run loaded (one or more): every failing day named, the worst
     one's figures."""
@@ -109,7 +109,7 @@ def humidity_result(
     shown = [v.reason for v in failing[:MAX_DAYS_DESCRIBED]] or [worst.reason]
     if len(failing) > MAX_DAYS_DESCRIBED:
         shown.append(f"and {len(failing) - MAX_DAYS_DESCRIBED} more days (see failed_days)")
-    if failing and policy.quarantine:
+    if failing and rule.quarantine:
         shown.append(f"rows of the failed day(s) quarantined in {RAW_SCHEMA}.quarantine")
     return dg.AssetCheckResult(
         asset_key=key,
@@ -120,7 +120,7 @@ def humidity_result(
         metadata={
             "landing_date": worst.day,
             "median_gap": None if worst.median_gap is None else round(worst.median_gap, 3),
-            "max_median_gap": policy.max_median_gap,
+            "max_median_gap": rule.max_median_gap,
             "days_judged": len(verdicts),
             "failed_days": {v.day: round(v.median_gap, 3) for v in failing},
         },
@@ -140,10 +140,10 @@ def loaded_rows(con: WarehouseConnection, feed: FeedSpec, days: Collection[str])
 
 
 def volume_result(
-    key: dg.AssetKey, loads: Sequence[DayLoad], history: Mapping[str, int], policy: VolumePolicy
+    key: dg.AssetKey, loads: Sequence[DayLoad], history: Mapping[str, int], rule: VolumeRule
 ) -> dg.AssetCheckResult:
     """The volume of the days a run loaded: the worst day's figures, every failing day named."""
-    verdicts = [judge_volume(d.landing_date, d.rows_loaded, history, policy) for d in loads]
+    verdicts = [judge_volume(d.landing_date, d.rows_loaded, history, rule) for d in loads]
     worst = max(
         verdicts, key=lambda v: (SEVERITY_RANK[v.severity], -(1.0 if v.ratio is None else v.ratio))
     )
@@ -185,7 +185,7 @@ def landed_days(task: TaskSpec, files: Sequence[LandingFile]) -> dict[str, set[s
     return landed
 
 
-def _freshness_fields(verdict: FreshnessVerdict, policy: FreshnessPolicy) -> dict:
+def _freshness_fields(verdict: FreshnessVerdict, rule: FreshnessRule) -> dict:
     return {
         "passed": verdict.passed,
         "severity": dg.AssetCheckSeverity.WARN,
@@ -195,8 +195,8 @@ def _freshness_fields(verdict: FreshnessVerdict, policy: FreshnessPolicy) -> dic
             "newest_file": verdict.newest,
             "lag_days": verdict.lag_days,
             "missing_days": list(verdict.missing_days),
-            "max_lag_days": policy.max_lag_days,
-            "lookback_days": policy.lookback_days,
+            "max_lag_days": rule.max_lag_days,
+            "lookback_days": rule.lookback_days,
         },
     }
 
@@ -206,26 +206,26 @@ def freshness_result(
     task: TaskSpec,
     feed: FeedSpec,
     files: Sequence[LandingFile],
-    policy: FreshnessPolicy,
+    rule: FreshnessRule,
 ) -> dg.AssetCheckResult:
     """The freshness of `feed` in the landing listing `files`, as an ingestion run reports it."""
-    verdict = judge_freshness(landed_days(task, files), policy)[feed.name]
+    verdict = judge_freshness(landed_days(task, files), rule)[feed.name]
     return dg.AssetCheckResult(
-        asset_key=key, check_name=FRESHNESS, **_freshness_fields(verdict, policy)
+        asset_key=key, check_name=FRESHNESS, **_freshness_fields(verdict, rule)
     )
 
 
 def freshness_evaluations(
-    task: TaskSpec, files: Sequence[LandingFile], policy: FreshnessPolicy
+    task: TaskSpec, files: Sequence[LandingFile], rule: FreshnessRule
 ) -> list[dg.AssetCheckEvaluation]:
     """The freshness of every daily feed in `files`, as the landing sensor reports it (no run)."""
-    verdicts = judge_freshness(landed_days(task, files), policy)
+    verdicts = judge_freshness(landed_days(task, files), rule)
     return [
         dg.AssetCheckEvaluation(
             asset_key=dg.AssetKey(task.feeds[name].asset_name),
             check_name=FRESHNESS,
             blocking=False,
-            **_freshness_fields(verdict, policy),
+            **_freshness_fields(verdict, rule),
         )
         for name, verdict in verdicts.items()
     ]

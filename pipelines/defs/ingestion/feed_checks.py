@@ -17,14 +17,14 @@ import numpy as np
 import pandas as pd
 
 from pipelines.contracts import TaskSpec
-from pipelines.policy import build_settings
+from pipelines.thresholds import build_settings
 
 Severity = Literal["pass", "warn", "error"]
 SEVERITY_RANK: dict[str, int] = {"pass": 0, "warn": 1, "error": 2}
 
 
 @dataclass(frozen=True)
-class VolumePolicy:
+class VolumeRule:
     """How a day's row count is judged against the same weekday of the trailing weeks."""
 
     trailing_weeks: int = 4
@@ -41,7 +41,7 @@ class VolumePolicy:
 
 
 @dataclass(frozen=True)
-class FreshnessPolicy:
+class FreshnessRule:
     """How far a feed may trail the landing frontier, and how far back gaps are looked for."""
 
     max_lag_days: int = 0
@@ -53,7 +53,7 @@ class FreshnessPolicy:
 
 
 @dataclass(frozen=True)
-class HumidityPolicy:
+class HumidityRule:
     """A weather feed's reported relative humidity against the one its temperature and dew point
     imply (the Magnus formula): a day whose median gap is over ``max_median_gap`` percentage
     points reports one of the three in other units than its contract says. Plausible values
@@ -83,12 +83,12 @@ class HumidityPolicy:
 
 @dataclass(frozen=True)
 class FeedChecks:
-    """The volume policy of each daily feed, the freshness policy of them all, and the humidity
-    policy of the feeds that have one."""
+    """The volume rule of each daily feed, the freshness rule of them all, and the humidity
+    rule of the feeds that have one."""
 
-    volume: dict[str, VolumePolicy]
-    freshness: FreshnessPolicy
-    humidity: dict[str, HumidityPolicy] = field(default_factory=dict)
+    volume: dict[str, VolumeRule]
+    freshness: FreshnessRule
+    humidity: dict[str, HumidityRule] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class FreshnessVerdict:
 
 
 def parse_feed_checks(task: TaskSpec) -> FeedChecks:
-    """The task's `checks` section: a volume policy per daily feed (with its overrides)."""
+    """The task's `checks` section: a volume rule per daily feed (with its overrides)."""
     section = dict(task.sections.get("checks") or {})
     where = f"{task.path}: checks"
     if unknown := set(section) - {"volume", "freshness", "humidity"}:
@@ -142,24 +142,24 @@ def parse_feed_checks(task: TaskSpec) -> FeedChecks:
     # A feed's overrides replace the shared settings they name.
     per_feed = {
         name: build_settings(
-            VolumePolicy, {**volume, **(overrides.get(name) or {})}, f"{where}.volume"
+            VolumeRule, {**volume, **(overrides.get(name) or {})}, f"{where}.volume"
         )
         for name in daily
     }
     freshness = section.get("freshness") or {}
-    freshness = build_settings(FreshnessPolicy, freshness, f"{where}.freshness")
+    freshness = build_settings(FreshnessRule, freshness, f"{where}.freshness")
     humidity = {}
     for name, settings in (section.get("humidity") or {}).items():
         if name not in daily:
             raise ValueError(f"{where}.humidity: {name!r} is not a daily feed {daily}")
-        policy = build_settings(HumidityPolicy, settings or {}, f"{where}.humidity.{name}")
+        rule = build_settings(HumidityRule, settings or {}, f"{where}.humidity.{name}")
         types = {c.name: c.type for c in task.feeds[name].columns}
-        for column in (policy.temperature, policy.dew_point, policy.humidity):
+        for column in (rule.temperature, rule.dew_point, rule.humidity):
             if types.get(column) not in ("integer", "float"):
                 raise ValueError(
                     f"{where}.humidity.{name}: {column!r} is not a numeric column of the feed"
                 )
-        humidity[name] = policy
+        humidity[name] = rule
     return FeedChecks(volume=per_feed, freshness=freshness, humidity=humidity)
 
 
@@ -170,12 +170,12 @@ def baseline_days(day: str, weeks: int) -> list[str]:
 
 
 def judge_volume(
-    day: str, rows: int, history: Mapping[str, int], policy: VolumePolicy
+    day: str, rows: int, history: Mapping[str, int], rule: VolumeRule
 ) -> VolumeVerdict:
     """Judge `day`'s `rows` against the median of its same weekdays in `history` (day -> rows)."""
     # A day that loaded nothing is absent from `history`: an empty day never lowers a baseline.
-    baseline = {d: history[d] for d in baseline_days(day, policy.trailing_weeks) if history.get(d)}
-    base = median(baseline.values()) if len(baseline) >= policy.min_history else None
+    baseline = {d: history[d] for d in baseline_days(day, rule.trailing_weeks) if history.get(d)}
+    base = median(baseline.values()) if len(baseline) >= rule.min_history else None
     ratio = rows / base if base else None
     judged = f"{rows} rows, {ratio:.0%} of the same-weekday median {base:g}" if base else ""
     if rows == 0:
@@ -184,20 +184,20 @@ def judge_volume(
     elif ratio is None:
         severity = "pass"
         reason = (
-            f"{rows} rows; only {len(baseline)} of the {policy.trailing_weeks} same weekdays "
-            f"before it are loaded ({policy.min_history} needed), so only an empty day is judged"
+            f"{rows} rows; only {len(baseline)} of the {rule.trailing_weeks} same weekdays "
+            f"before it are loaded ({rule.min_history} needed), so only an empty day is judged"
         )
-    elif ratio < policy.error_below:
-        severity, reason = "error", f"{judged}: below {policy.error_below:.0%}"
-    elif abs(ratio - 1) > policy.warn_deviation:
-        severity, reason = "warn", f"{judged}: more than {policy.warn_deviation:.0%} off"
+    elif ratio < rule.error_below:
+        severity, reason = "error", f"{judged}: below {rule.error_below:.0%}"
+    elif abs(ratio - 1) > rule.warn_deviation:
+        severity, reason = "warn", f"{judged}: more than {rule.warn_deviation:.0%} off"
     else:
         severity, reason = "pass", judged
     return VolumeVerdict(day, rows, baseline, base, ratio, severity, f"{day}: {reason}")
 
 
 def judge_freshness(
-    landed: Mapping[str, Collection[str]], policy: FreshnessPolicy
+    landed: Mapping[str, Collection[str]], rule: FreshnessRule
 ) -> dict[str, FreshnessVerdict]:
     """Each daily feed's landed days (feed -> days with a file) against the landing frontier.
 
@@ -209,7 +209,7 @@ def judge_freshness(
         return {}
     frontier = max(every)
     last = date.fromisoformat(frontier)
-    first = max(date.fromisoformat(min(every)), last - timedelta(days=policy.lookback_days - 1))
+    first = max(date.fromisoformat(min(every)), last - timedelta(days=rule.lookback_days - 1))
     window = [(first + timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
     verdicts = {}
     for feed, days in landed.items():
@@ -220,10 +220,10 @@ def judge_freshness(
         problems = []
         if newest is None:
             problems.append(f"no {feed} file has landed; other feeds reached {frontier}")
-        elif lag > policy.max_lag_days:
+        elif lag > rule.max_lag_days:
             problems.append(
                 f"{feed} trails the landing frontier {frontier} by {lag} day(s) "
-                f"(newest file {newest}; {policy.max_lag_days} allowed)"
+                f"(newest file {newest}; {rule.max_lag_days} allowed)"
             )
         if gaps:
             problems.append(f"{feed} has no file for {', '.join(gaps)}")
@@ -247,27 +247,27 @@ def implied_humidity(
     return 100.0 * np.exp(b * d / (c + d) - b * t / (c + t))
 
 
-def judge_humidity(day: str, rows: pd.DataFrame, policy: HumidityPolicy) -> HumidityVerdict:
+def judge_humidity(day: str, rows: pd.DataFrame, rule: HumidityRule) -> HumidityVerdict:
     """Judge a landing day's weather `rows`: the median gap between the reported humidity and the
     one its temperature and dew point imply, over the rows that have all three."""
-    columns = [policy.temperature, policy.dew_point, policy.humidity]
+    columns = [rule.temperature, rule.dew_point, rule.humidity]
     values = rows[columns].astype(float).dropna()
     if values.empty:
         return HumidityVerdict(
             day, 0, None, True, f"{day}: no row has {', '.join(columns)}: nothing to judge"
         )
     implied = implied_humidity(
-        values[policy.temperature].to_numpy(), values[policy.dew_point].to_numpy(), policy.units
+        values[rule.temperature].to_numpy(), values[rule.dew_point].to_numpy(), rule.units
     )
-    gap = float(np.median(np.abs(implied - values[policy.humidity].to_numpy())))
+    gap = float(np.median(np.abs(implied - values[rule.humidity].to_numpy())))
     judged = (
-        f"{day}: the reported {policy.humidity} is {gap:.2f} points from the humidity that "
-        f"{policy.temperature} and {policy.dew_point} imply in {policy.units} (median of "
+        f"{day}: the reported {rule.humidity} is {gap:.2f} points from the humidity that "
+        f"{rule.temperature} and {rule.dew_point} imply in {rule.units} (median of "
         f"{len(values)} rows)"
     )
-    if gap > policy.max_median_gap:
+    if gap > rule.max_median_gap:
         reason = (
-            f"{judged}, over {policy.max_median_gap:g}: one of the three is not in the units "
+            f"{judged}, over {rule.max_median_gap:g}: one of the three is not in the units "
             "its contract says"
         )
         return HumidityVerdict(day, len(values), gap, False, reason)

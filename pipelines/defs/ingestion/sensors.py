@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from pipelines.contracts import DAILY_KEY, REFERENCE_KEY, TaskSpec
+from pipelines.contracts import DAILY_KEY, DIMENSION_KEY, TaskSpec
 from pipelines.defs.ingestion.checks import freshness_evaluations
-from pipelines.lib.landing_zone import LandingZone, seen_keys, settled_changes
+from pipelines.lib.landing_zone import LandingZone, held_back, seen_keys, settled_changes
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
     from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -20,20 +20,25 @@ if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
 def build_landing_sensor(
     task: TaskSpec,
     daily_job: "UnresolvedAssetJobDefinition",
-    reference_job: "UnresolvedAssetJobDefinition",
+    dimension_job: "UnresolvedAssetJobDefinition",
     daily_downstream: Sequence[dg.AssetKey],
-    reference_downstream: Sequence[dg.AssetKey],
+    dimension_downstream: Sequence[dg.AssetKey],
     interval_s: int | None = None,
 ) -> dg.SensorDefinition:
     """A sensor that requests one run per landing day whose files are new or replaced, and
     reports the daily feeds' freshness checks when their files change; evaluated every
     `interval_s` seconds at least (default 30). New files are taken once the landing zone lists
-    the same files at two evaluations in a row, so a landing of several files is taken whole."""
+    the same files at two evaluations in a row, so a landing of several files is taken whole.
+
+    A task's days are built on its dimension tables (a flight's airports), so until the
+    dimension run has built `dimension_downstream` once, landing days are held back: a day's run
+    started beside the first dimension run would read views not created yet. The days are
+    taken at the first evaluation after it has."""
     freshness = task.feed_checks.freshness
 
     @dg.sensor(
         name="landing_sensor",
-        jobs=[daily_job, reference_job],
+        jobs=[daily_job, dimension_job],
         minimum_interval_seconds=interval_s or 30,
         description="Requests ingestion and warehouse runs for new or replaced landing files; "
         "reports each daily feed's freshness against the landing frontier.",
@@ -42,7 +47,7 @@ def build_landing_sensor(
         context: dg.SensorEvaluationContext, landing_zone: LandingZone
     ) -> dg.SensorResult:
         changed_days: dict[str, list[tuple[str, str]]] = defaultdict(list)
-        changed_reference: list[tuple[str, str]] = []
+        changed_dimension: list[tuple[str, str]] = []
         files = landing_zone.list_files()
         found = settled_changes(files, context.cursor, lambda key: task.match_key(key) is not None)
         if found.waiting:
@@ -56,19 +61,33 @@ def build_landing_sensor(
             if match is None:
                 context.log.warning(
                     f"landing file {f.key!r} fits no feed of task {task.name!r} "
-                    f"(expected {DAILY_KEY.pattern} or {REFERENCE_KEY.pattern} for feeds "
+                    f"(expected {DAILY_KEY.pattern} or {DIMENSION_KEY.pattern} for feeds "
                     f"{sorted(task.feeds)}, days {task.start_date}..{task.end_date}): not ingested"
                 )
                 continue
             feed, day = match
             if day is None:
-                changed_reference.append((feed.asset_name, f"{f.key}@{f.version}"))
+                changed_dimension.append((feed.asset_name, f"{f.key}@{f.version}"))
             else:
                 changed_days[day].append((feed.asset_name, f"{f.key}@{f.version}"))
-        # Reference data first: the run queue starts runs in the order they are requested.
+        cursor = found.cursor
+        if (
+            changed_days
+            and task.dimension_feeds
+            and not _built(context.instance, dimension_downstream)
+        ):
+            held = [f.key for f in found.files if DAILY_KEY.match(f.key)]
+            cursor = held_back(found, context.cursor, held)
+            context.log.info(
+                f"{len(changed_days)} landing day(s) held until {dimension_job.name} has built "
+                f"{', '.join(k.to_user_string() for k in dimension_downstream)} once"
+                + ("" if changed_dimension else ": land the task's dimension files if missing")
+            )
+            changed_days.clear()
+        # Dimension tables first: the run queue starts runs in the order they are requested.
         requests = (
-            [_request(reference_job.name, None, changed_reference, reference_downstream)]
-            if changed_reference
+            [_request(dimension_job.name, None, changed_dimension, dimension_downstream)]
+            if changed_dimension
             else []
         )
         requests += [
@@ -83,11 +102,16 @@ def build_landing_sensor(
         }
         return dg.SensorResult(
             run_requests=requests,
-            cursor=found.cursor,
+            cursor=cursor,
             asset_events=freshness_evaluations(task, daily, freshness) if reported else [],
         )
 
     return landing_sensor
+
+
+def _built(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey]) -> bool:
+    """Whether every asset of `keys` has been materialized."""
+    return all(instance.get_latest_materialization_event(key) is not None for key in keys)
 
 
 def _request(

@@ -6,8 +6,7 @@ from functools import lru_cache
 import dagster as dg
 import pandas as pd
 
-from ml.drift import ReferenceProfile
-from pipelines.contracts import TaskSpec
+from ml.drift import TrainingProfile
 from pipelines.ingestion import RAW_SCHEMA
 from pipelines.labeling.selection import UNIFORM_REASONS
 from pipelines.lib.partitions import daily_partitions
@@ -19,9 +18,8 @@ from pipelines.lib.warehouse import (
     WarehouseConnection,
     replace_rows,
 )
-from pipelines.model_spec import ModelSpec
 from pipelines.monitoring import drift_table, flagged_segments, realized_performance
-from pipelines.policy import MonitoringPolicy
+from pipelines.task import Task
 
 GROUP = "monitoring"
 DRIFT_TABLE = "monitoring_feature_drift"
@@ -41,10 +39,9 @@ def _no_champion(context: dg.AssetExecutionContext, name: str) -> dg.Materialize
     return dg.MaterializeResult(metadata={"model_version": "none (no champion yet)"})
 
 
-def build_monitoring_assets(
-    task: TaskSpec, spec: ModelSpec, policy: MonitoringPolicy
-) -> list[dg.AssetsDefinition]:
+def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
     """`feature_drift` (after scoring) and `model_performance` (after label import), daily."""
+    spec, monitoring = task.model, task.monitoring
     name = registered_name(task.name)
     predictions, day_column = spec.predictions_table, spec.time_column
     tasks_table = f"{RAW_SCHEMA}.{task.label_tasks_table}"
@@ -66,9 +63,9 @@ def build_monitoring_assets(
         current = champion(tracker, name)
         if current is None:
             return _no_champion(context, name)
-        profile = reference_profile(tracker, current.run_id)
+        profile = training_profile(tracker, current.run_id)
         day = context.partition_key_range.end
-        first, last = window(day, policy.window_days)
+        first, last = window(day, monitoring.window_days)
         with warehouse.connect() as con:
             recent = con.execute(
                 f"select * from {spec.features_table} where {day_column} between ? and ?",
@@ -81,8 +78,8 @@ def build_monitoring_assets(
                     "and model_version = ?",
                     [first, last, current.version],
                 ).df()["probability"]
-        drift = drift_table(profile, recent, scores, spec.features, policy)
-        flags = flagged_segments(profile, recent, drift, policy)
+        drift = drift_table(profile, recent, scores, spec.features, monitoring)
+        flags = flagged_segments(profile, recent, drift, monitoring)
         drift = drift.assign(monitored_on=pd.Timestamp(day).date(), model_version=current.version)
         flags = flags.assign(flagged_at=pd.Timestamp(day), model_version=current.version)
         with warehouse.connect() as con:
@@ -93,7 +90,7 @@ def build_monitoring_assets(
         drifted = drift[drift.is_drifted & (drift.kind != "prediction")].feature.tolist()
         prediction = drift[drift.kind == "prediction"]
         prediction_drifted = bool(prediction.is_drifted.any())
-        is_event = len(drifted) >= policy.min_drifted_features or prediction_drifted
+        is_event = len(drifted) >= monitoring.min_drifted_features or prediction_drifted
         return dg.MaterializeResult(
             metadata={
                 "is_drifted": is_event,
@@ -130,7 +127,7 @@ def build_monitoring_assets(
         current = champion(tracker, name)
         if current is None:
             return _no_champion(context, name)
-        first, last = window(context.partition_key, policy.performance_window_days)
+        first, last = window(context.partition_key, monitoring.performance_window_days)
         with warehouse.connect() as con:
             labelled = pd.DataFrame(columns=["label", "probability"])
             if con.has_relation(predictions):
@@ -146,7 +143,7 @@ def build_monitoring_assets(
                 ).df()
         metrics = tracker.client().get_run(current.run_id).data.metrics
         expected = {m: metrics.get(f"test/{m}", float("nan")) for m in ("auroc", "logloss")}
-        row = realized_performance(labelled, expected, policy)
+        row = realized_performance(labelled, expected, monitoring)
         row |= {"monitored_on": pd.Timestamp(last).date(), "model_version": current.version}
         frame = pd.DataFrame([row])
         with warehouse.connect() as con:
@@ -162,17 +159,15 @@ def build_monitoring_assets(
     return [feature_drift, model_performance]
 
 
-def reference_profile(tracker: MlflowTracker, run_id: str) -> ReferenceProfile:
-    """The monitoring reference stored on a training run (cached: a run's artifacts are final)."""
-    return _reference_profile(tracker.tracking_uri, tracker.registry_uri, run_id)
+def training_profile(tracker: MlflowTracker, run_id: str) -> TrainingProfile:
+    """The training profile stored on a training run (cached: a run's artifacts are final)."""
+    return _training_profile(tracker.tracking_uri, tracker.registry_uri, run_id)
 
 
 @lru_cache(maxsize=4)
-def _reference_profile(
-    tracking_uri: str, registry_uri: str | None, run_id: str
-) -> ReferenceProfile:
+def _training_profile(tracking_uri: str, registry_uri: str | None, run_id: str) -> TrainingProfile:
     tracker = MlflowTracker(tracking_uri=tracking_uri, registry_uri=registry_uri)
-    return ReferenceProfile.from_dict(read_json(tracker, run_id, PROFILE_ARTIFACT))
+    return TrainingProfile.from_dict(read_json(tracker, run_id, PROFILE_ARTIFACT))
 
 
 def _ensure(con: WarehouseConnection, table: str, like: pd.DataFrame) -> None:

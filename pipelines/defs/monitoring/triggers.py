@@ -2,7 +2,7 @@
 
 The sensors read the monitoring assets' materializations in storage order. An event is a
 monitored day whose materialization says it crossed a threshold (the assets apply the task's
-policy); each event gives at most one run (its run key). The two sensors share one cooldown:
+thresholds); each event gives at most one run (its run key). The two sensors share one cooldown:
 after either asked for a retraining, neither asks again for `cooldown_days` of monitored days,
 so a drift that persists, or a drift and the decay it causes, do not retrain every day. The
 weekly schedule is the floor: at least one retraining a week. It waits while the champion was
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from pipelines.policy import MonitoringPolicy
+from pipelines.thresholds import MonitoringSpec
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
     from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -104,7 +104,7 @@ def _event_sensor(
     asset_key: dg.AssetKey,
     flag: str,
     job: "UnresolvedAssetJobDefinition",
-    policy: MonitoringPolicy,
+    monitoring: MonitoringSpec,
     description: str,
     interval_s: int | None,
     labels: dg.AssetKey,
@@ -131,7 +131,7 @@ def _event_sensor(
             if flag not in metadata or metadata[flag].value is not True:
                 continue
             day = materialization.partition
-            if in_cooldown(day, last_day, policy.cooldown_days):
+            if in_cooldown(day, last_day, monitoring.cooldown_days):
                 context.log.info(
                     f"{day}: {flag} but in cooldown since the alarm on {last_day}; no request"
                 )
@@ -162,7 +162,7 @@ def _event_sensor(
 
 def build_monitoring_triggers(
     job: "UnresolvedAssetJobDefinition",
-    policy: MonitoringPolicy,
+    monitoring: MonitoringSpec,
     labels: dg.AssetKey,
     champion: dg.AssetKey,
     interval_s: int | None = None,
@@ -177,7 +177,7 @@ def build_monitoring_triggers(
         dg.AssetKey("feature_drift"),
         "is_drifted",
         job,
-        policy,
+        monitoring,
         "Request a retraining when a day's feature or score drift crosses the thresholds.",
         interval_s,
         labels,
@@ -187,7 +187,7 @@ def build_monitoring_triggers(
         dg.AssetKey("model_performance"),
         "is_decayed",
         job,
-        policy,
+        monitoring,
         "Request a retraining when the champion's realized performance falls below validation.",
         interval_s,
         labels,
@@ -212,15 +212,15 @@ def build_monitoring_triggers(
         if covered := covering_run(context.instance, job.name, day):
             return dg.SkipReason(f"run {covered} already retrains on data up to {day}")
         trained = champion_day(context.instance, champion)
-        if in_cooldown(day, trained, policy.cooldown_days):
+        if in_cooldown(day, trained, monitoring.cooldown_days):
             return dg.SkipReason(
                 f"the champion was trained on data up to {trained}, within "
-                f"{policy.cooldown_days} days"
+                f"{monitoring.cooldown_days} days"
             )
         attempted = last_retraining_day(context.instance, job.name)
-        if trained is not None and in_cooldown(day, attempted, policy.cooldown_days):
+        if trained is not None and in_cooldown(day, attempted, monitoring.cooldown_days):
             return dg.SkipReason(
-                f"a retraining on data up to {attempted}, within {policy.cooldown_days} days, "
+                f"a retraining on data up to {attempted}, within {monitoring.cooldown_days} days, "
                 f"kept the champion trained on data up to {trained}"
             )
         if seen := labels_seen_by(context.instance, job.name, labels):

@@ -5,12 +5,12 @@ from datetime import UTC, datetime
 import dagster as dg
 import pandas as pd
 
-from pipelines.contracts import TaskSpec
 from pipelines.lib.partitions import daily_partitions
 from pipelines.lib.registry import champion, load_model, registered_name
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse, WarehouseConnection, replace_rows
 from pipelines.model_spec import ModelSpec
+from pipelines.task import Task
 
 
 def ensure_predictions_table(con: WarehouseConnection, spec: ModelSpec) -> None:
@@ -26,8 +26,9 @@ def ensure_predictions_table(con: WarehouseConnection, spec: ModelSpec) -> None:
         )
 
 
-def build_scoring_assets(task: TaskSpec, spec: ModelSpec) -> list[dg.AssetsDefinition]:
+def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
     """The daily predictions asset of `task`, named like its table."""
+    spec = task.model
     name = registered_name(task.name)
 
     @dg.asset(

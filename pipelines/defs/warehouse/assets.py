@@ -27,7 +27,7 @@ TRAINING_SELECT = "tag:training"
 def build_dbt_assets(
     task: TaskSpec,
 ) -> tuple[dg.AssetsDefinition, dg.AssetsDefinition, dg.AssetsDefinition]:
-    """The daily-partitioned models, those over reference data and labels, and training marts."""
+    """The daily-partitioned models, those over dimension tables and labels, and training marts."""
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
@@ -56,14 +56,14 @@ def build_dbt_assets(
     @dbt_assets(
         manifest=dbt_project.manifest_path,
         exclude=f"{DAILY_SELECT} {TRAINING_SELECT}",
-        name="reference_dbt_models",
+        name="dimension_dbt_models",
         dagster_dbt_translator=FlywheelDbtTranslator(),
         pool=WAREHOUSE_POOL,
     )
-    def reference_dbt_models(
+    def dimension_dbt_models(
         context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: Warehouse
     ):
-        """Build and test the models over reference data and labels."""
+        """Build and test the models over dimension tables and labels."""
         warehouse.wait_until_free()
         yield from stream_and_keep_parse_state(dbt.cli(build_command(), context=context))
 
@@ -81,7 +81,7 @@ def build_dbt_assets(
         warehouse.wait_until_free()
         yield from stream_and_keep_parse_state(dbt.cli(build_command(), context=context))
 
-    return daily_dbt_models, reference_dbt_models, training_dbt_models
+    return daily_dbt_models, dimension_dbt_models, training_dbt_models
 
 
 @cache

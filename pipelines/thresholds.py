@@ -10,7 +10,7 @@ from pipelines.contracts import TaskSpec
 
 
 @dataclass(frozen=True)
-class MonitoringPolicy:
+class MonitoringSpec:
     """When drift or decay counts as an event worth a retraining."""
 
     window_days: int = 7
@@ -29,7 +29,7 @@ class MonitoringPolicy:
 
 
 @dataclass(frozen=True)
-class PromotionPolicy:
+class PromotionSpec:
     """The gate's rule plus how its bootstrap interval is computed."""
 
     gate: GateConfig
@@ -45,12 +45,12 @@ def build_settings(cls: type, section: Mapping, where: str):
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in section.items()})
 
 
-def parse_policies(task: TaskSpec) -> tuple[MonitoringPolicy, PromotionPolicy]:
+def parse_thresholds(task: TaskSpec) -> tuple[MonitoringSpec, PromotionSpec]:
     """The task's `monitoring` and `promotion` sections (defaults where a section is absent)."""
     raw = task.sections
     monitoring = raw.get("monitoring") or {}
-    monitoring = build_settings(MonitoringPolicy, monitoring, f"{task.path}: monitoring")
+    monitoring = build_settings(MonitoringSpec, monitoring, f"{task.path}: monitoring")
     promotion = dict(raw.get("promotion") or {})
     outer = {k: promotion.pop(k) for k in ("confidence", "n_boot") if k in promotion}
     gate = build_settings(GateConfig, promotion, f"{task.path}: promotion")
-    return monitoring, PromotionPolicy(gate=gate, **outer)
+    return monitoring, PromotionSpec(gate=gate, **outer)

@@ -1,4 +1,4 @@
-"""The main job: the whole flywheel, day by day, on the embedded defaults; then its report."""
+"""The simulation: the whole flywheel, day by day, on the embedded defaults; then its report."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from sim.world.clock import read_clock, read_progress, write_clock, write_progre
 from sim.world.drift import PlantedDrift
 from sim.world.replay import day_bounds, land_days
 
-# Settings that name one state's files: a main job given a state of its own must not inherit them.
+# Settings that name one state's files: a simulation given a state of its own must not inherit them.
 STATE_PATHS = ("FLYWHEEL_WAREHOUSE_PATH", "FLYWHEEL_DATASET_CACHE")
 
 
 def own_state(home: Path, code: Path = REPO_ROOT) -> dict[str, str]:
-    """The settings of a main job with a state of its own under `home`, on the embedded
+    """The settings of a simulation with a state of its own under `home`, on the embedded
     defaults: its FLYWHEEL_HOME, a Dagster instance with the deployed settings of the code under
     `code`, and a DVC repository (the project's `data/` is left alone); created where missing.
     Whatever else the environment names that state must lose: see STATE_PATHS. A shared service
@@ -69,7 +69,7 @@ def days_to_play(days: int, start: date | None) -> list[date]:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How the main job plays the flywheel: the first model's timing, tuning, planted drift."""
+    """How the simulation plays the flywheel: the first model's timing, tuning, planted drift."""
 
     bootstrap_days: int = 21
     trials: int = retraining_default("FLYWHEEL_TRIALS")
@@ -120,7 +120,7 @@ def _describe(tick, driver) -> str:
 
 def _after_bootstrap(instance) -> date | None:
     """The day after the event day of the operator's successful bootstrap retraining, if any (a
-    bootstrap run retried after a kill finishes before the main job resumes)."""
+    bootstrap run retried after a kill finishes before the simulation resumes)."""
     import dagster as dg
 
     from pipelines.lib.runs import RETRAINING_JOB
@@ -139,7 +139,7 @@ def _after_bootstrap(instance) -> date | None:
 
 
 def run(days: int, start: date | None = None, options: RunOptions | None = None) -> int:
-    """The main job: day by day, land, ingest, score, monitor, label and retrain; then report."""
+    """The simulation: day by day, land, ingest, score, monitor, label and retrain; then report."""
     import dagster as dg
 
     from pipelines.definitions import defs

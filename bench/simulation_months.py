@@ -1,8 +1,8 @@
-"""Figures by month of a main job's terminal output (`make flywheel ... > FILE`).
+"""Figures by month of a simulation's terminal output (`make flywheel ... > FILE`).
 
-    python -m bench.main_job_months FILE
+    python -m bench.simulation_months FILE
 
-Reads the lines the main job prints for each day (`[n/N Ts] YYYY-MM-DD: job Xs, ...`) and prints,
+Reads the lines the simulation prints for each day (`[n/N Ts] YYYY-MM-DD: job Xs, ...`) and prints,
 by month: days, wall seconds, seconds a day, retrainings, their seconds (as the lines round
 them), and seconds a day without them; then the whole span.
 """
@@ -40,11 +40,11 @@ def months(lines: list[str]) -> dict[str, list[float]]:
 def main() -> int:
     """Print the table; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("output", type=Path, help="the main job's terminal output")
+    parser.add_argument("output", type=Path, help="the simulation's terminal output")
     args = parser.parse_args()
     figures = months(args.output.read_text().splitlines())
     if not figures:
-        raise SystemExit(f"{args.output}: no day line of the main job in it")
+        raise SystemExit(f"{args.output}: no day line of the simulation in it")
     print("| month | days | wall s | s a day | retrainings | their s | s a day without them |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     total = [0, 0.0, 0, 0.0]
