@@ -13,6 +13,8 @@ from typing import Literal
 
 import yaml
 
+from pipelines.cadence import Cadence, check_cadence, next_start, partition_start
+
 ColumnType = Literal["integer", "float", "string", "timestamp"]
 FeedKind = Literal["daily", "dimension"]
 
@@ -74,12 +76,13 @@ class FeedSpec:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A task's landing contracts and the span of its daily partitions."""
+    """A task's landing contracts and the span and cadence of its partitions."""
 
     name: str
     start_date: str
     end_date: str
     feeds: dict[str, FeedSpec]
+    cadence: Cadence = "daily"
     null_values: tuple[str, ...] = ("",)
     labels_table: str | None = None
     labels_columns: dict[str, str] = field(default_factory=dict)
@@ -97,13 +100,24 @@ class TaskSpec:
     def dimension_feeds(self) -> list[FeedSpec]:
         return [f for f in self.feeds.values() if f.kind == "dimension"]
 
+    def partition_of(self, day: date) -> str:
+        """The partition (the date it starts on) that holds `day`."""
+        first = date.fromisoformat(self.start_date)
+        return partition_start(day, self.cadence, first).isoformat()
+
+    def partition_end(self, partition: str) -> str:
+        """The first day after the partition starting on `partition`."""
+        return next_start(date.fromisoformat(partition), self.cadence).isoformat()
+
     def match_key(self, key: str) -> tuple[FeedSpec, str | None] | None:
-        """The feed (and landing day) of a landing-zone key; None if it fits no pattern."""
+        """The feed (and partition) of a landing-zone key; None if it fits no pattern."""
         if m := DAILY_KEY.match(key):
             feed = self.feeds.get(m["feed"])
             if feed is None or feed.kind != "daily" or not _is_date(m["day"]):
                 return None
             if not self.start_date <= m["day"] < self.end_date:
+                return None
+            if self.partition_of(date.fromisoformat(m["day"])) != m["day"]:
                 return None
             return feed, m["day"]
         if m := DIMENSION_KEY.match(key):
@@ -112,6 +126,16 @@ class TaskSpec:
                 return None
             return feed, None
         return None
+
+
+def _check_partition_date(columns: tuple[ColumnSpec, ...], named: tuple[str, ...], where: str):
+    """`partition_date` names the year, month and day integer columns, or one timestamp."""
+    types = [c.type for c in columns if c.name in named]
+    if named and types not in (["integer"] * 3, ["timestamp"]):
+        raise ValueError(
+            f"{where}: partition_date names a row's date: three integer columns (year, month, "
+            f"day) or one timestamp column, not {list(named)}"
+        )
 
 
 def _is_date(text: str) -> bool:
@@ -136,6 +160,9 @@ def read_contracts(name_or_path: str | Path) -> TaskSpec:
         missing = [k for k in (*spec["key"], *spec.get("partition_date", ())) if k not in names]
         if missing:
             raise ValueError(f"{path}: feed {feed_name!r} names unknown columns {missing}")
+        _check_partition_date(
+            columns, tuple(spec.get("partition_date", ())), f"{path}: {feed_name}"
+        )
         feeds[feed_name] = FeedSpec(
             name=feed_name,
             kind=spec["kind"],
@@ -144,11 +171,17 @@ def read_contracts(name_or_path: str | Path) -> TaskSpec:
             partition_date=tuple(spec.get("partition_date", ())),
             description=spec.get("description", ""),
         )
+    partitions = raw["partitions"]
+    if unknown := sorted(set(partitions) - {"start_date", "end_date", "cadence"}):
+        raise ValueError(f"{path}: partitions: unknown settings {unknown}")
+    cadence = partitions.get("cadence", "daily")
+    start = date.fromisoformat(str(partitions["start_date"]))
     return TaskSpec(
         name=raw["task"],
-        start_date=raw["partitions"]["start_date"],
-        end_date=raw["partitions"]["end_date"],
+        start_date=partitions["start_date"],
+        end_date=partitions["end_date"],
         feeds=feeds,
+        cadence=check_cadence(cadence, start, f"{path}: partitions"),
         null_values=tuple(raw.get("null_values", [""])),
         labels_table=raw.get("labels", {}).get("table"),
         labels_columns=raw.get("labels", {}).get("columns", {}),

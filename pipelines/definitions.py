@@ -18,7 +18,7 @@ from pipelines.defs.training.assets import GPU_TAGS, build_training_assets
 from pipelines.defs.warehouse.assets import build_dbt_assets
 from pipelines.labeling.assets import build_labeling_assets
 from pipelines.labeling.triggers import build_labeling_triggers
-from pipelines.lib.partitions import daily_partitions
+from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.runs import RETRAINING_JOB
 from pipelines.resources import build_resources
 from pipelines.settings import TASK_NAME, retraining_run_config, sensor_interval_s
@@ -44,7 +44,7 @@ def build_definitions(
     daily_job = dg.define_asset_job(
         "daily_warehouse_job",
         selection=dg.AssetSelection.assets(*daily_raw, daily_dbt, predictions, feature_drift),
-        partitions_def=daily_partitions(task),
+        partitions_def=landing_partitions(task),
         description="Ingest landing days, build their models, score their flights, check drift.",
     )
     dimension_job = dg.define_asset_job(
@@ -65,13 +65,13 @@ def build_definitions(
     label_export_job = dg.define_asset_job(
         "label_export_job",
         selection=dg.AssetSelection.assets(label_tasks),
-        partitions_def=daily_partitions(task),
+        partitions_def=landing_partitions(task),
         description="Choose a landing day's examples to label and publish them to annotators.",
     )
     label_import_job = dg.define_asset_job(
         "label_import_job",
         selection=dg.AssetSelection.assets(labels, model_performance),
-        partitions_def=daily_partitions(task),
+        partitions_def=landing_partitions(task),
         description="Import the labels delivered on a day; measure the champion's performance.",
     )
     export_sensor, inbox_sensor = build_labeling_triggers(

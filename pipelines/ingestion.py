@@ -96,9 +96,9 @@ def read_and_validate(
     results = []
     for day in days:
         key = feed.landing_key(day)
-        results.append(
-            (day, validate_file(feed, key, landing_zone.read_bytes(key), task.null_values, day))
-        )
+        data = landing_zone.read_bytes(key)
+        end = None if day is None or task.cadence == "daily" else task.partition_end(day)
+        results.append((day, validate_file(feed, key, data, task.null_values, day, end)))
     return results
 
 

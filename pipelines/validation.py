@@ -199,9 +199,16 @@ def _column_problems(col: ColumnSpec, values: pd.Series, present: pd.Series) -> 
 
 
 def validate_file(
-    feed: FeedSpec, key: str, data: bytes, null_values: tuple[str, ...], landing_day: str | None
+    feed: FeedSpec,
+    key: str,
+    data: bytes,
+    null_values: tuple[str, ...],
+    landing_day: str | None,
+    partition_end: str | None = None,
 ) -> ValidatedFile:
-    """Parse `data`; split its rows into those that obey `feed`'s contract and those that don't."""
+    """Parse `data`; split its rows into those that obey `feed`'s contract and those that don't.
+    A row of a daily feed must be dated within its partition: the day `landing_day`, or from it
+    up to `partition_end` (exclusive) for a partition of several days."""
     header, rows, lines = parse_csv(key, data)
     if len(set(header)) != len(header):
         raise LandingFileError(f"{key}: header repeats a column: {header}")
@@ -220,12 +227,7 @@ def validate_file(
             problems[bad] = f"{col.name}: " + why[bad]
         reasons = _append(reasons, problems)
     if feed.partition_date and landing_day is not None:
-        y, m, d = (typed[c] for c in feed.partition_date)
-        row_day = y.astype("string") + "-" + m.astype("string").str.zfill(2) + "-"
-        row_day += d.astype("string").str.zfill(2)
-        off = (row_day != landing_day).fillna(False).astype(bool)
-        dated = ("dated " + row_day + f", not landing day {landing_day}").astype("object")
-        reasons = _append(reasons, dated.where(off, ""))
+        reasons = _append(reasons, _outside_partition(feed, typed, landing_day, partition_end))
     reasons = _append(reasons, _duplicate_reasons(typed, feed.key, reasons == "", lines))
     good = reasons == ""
     typed["_source_line"] = np.asarray(lines, dtype="int64")
@@ -240,6 +242,26 @@ def validate_file(
     return ValidatedFile(
         key, typed[good].reset_index(drop=True), rejected.reset_index(drop=True), ignored
     )
+
+
+def _outside_partition(
+    feed: FeedSpec, typed: pd.DataFrame, first: str, end: str | None
+) -> pd.Series:
+    """Why each row's date (from `feed.partition_date`) falls outside the partition starting on
+    `first`: the day itself, or up to `end` (exclusive) when given."""
+    if len(feed.partition_date) == 3:
+        y, m, d = (typed[c] for c in feed.partition_date)
+        row_day = y.astype("string") + "-" + m.astype("string").str.zfill(2) + "-"
+        row_day += d.astype("string").str.zfill(2)
+    else:
+        (column,) = feed.partition_date
+        row_day = typed[column].dt.strftime("%Y-%m-%d").astype("string")
+    if end is None:
+        off = (row_day != first).fillna(False).astype(bool)
+        return ("dated " + row_day + f", not landing day {first}").astype("object").where(off, "")
+    off = ((row_day < first) | (row_day >= end)).fillna(False).astype(bool)
+    dated = "dated " + row_day + f", outside the partition {first} to {end} (exclusive)"
+    return dated.astype("object").where(off, "")
 
 
 def _set(reasons: pd.Series, rows: pd.Series, reason: str) -> None:

@@ -42,6 +42,7 @@ INTEGRATION = {
     "tests/pipelines/test_ingestion.py",
     "tests/pipelines/test_label_studio.py",
     "tests/pipelines/test_labeling_flow.py",
+    "tests/pipelines/test_movielens_task.py",
     "tests/pipelines/test_postgres_warehouse.py",
     "tests/pipelines/test_tracking_store.py",
     "tests/pipelines/test_training_asset.py",

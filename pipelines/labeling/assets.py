@@ -5,7 +5,7 @@ import dagster as dg
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.labeling.export_import import export_day, import_day
 from pipelines.labeling.label_exchange import LabelExchange
-from pipelines.lib.partitions import daily_partitions
+from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.task import Task
 
@@ -27,7 +27,7 @@ def build_labeling_assets(task: Task) -> list[dg.AssetsDefinition]:
     @dg.asset(
         name=task.label_tasks_table,
         group_name=GROUP,
-        partitions_def=daily_partitions(task),
+        partitions_def=landing_partitions(task),
         deps=[spec.features_table],
         pool=WAREHOUSE_POOL,
         kinds={"sql", "json"},
@@ -66,7 +66,7 @@ def build_labeling_assets(task: Task) -> list[dg.AssetsDefinition]:
     @dg.asset(
         name=task.labels_table,
         group_name=GROUP,
-        partitions_def=daily_partitions(task),
+        partitions_def=landing_partitions(task),
         # No edge from label_tasks: the import only looks exported tasks up to validate answers.
         # Labels feed the features that choose later tasks, a loop in time that the asset graph
         # cannot draw; the labels themselves come from the inbox.

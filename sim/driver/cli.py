@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 
 from tqdm import tqdm
@@ -230,7 +230,7 @@ def status(env: str | None = None) -> int:
     task = load_task()
     first, last = day_bounds(task)
     clock = read_clock(flywheel_home())
-    upcoming = clock + timedelta(days=1) if clock else first
+    upcoming = date.fromisoformat(task.partition_end(task.partition_of(clock))) if clock else first
     following = f"next day {upcoming}" if upcoming <= last else f"finished ({last} landed)"
     print(f"clock: {clock or 'not started'} ({following}; task {task.name} {first}..{last})")
     print(f"landing zone: {landing_zone(env).uri}")

@@ -10,7 +10,7 @@ same days through a real daemon, run queue and a process per run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -155,6 +155,14 @@ class Driver:
         self.schedule = ScheduleTicker(defs, instance, RETRAINING_SCHEDULE)
         self._retraining = False
 
+    def partition_end(self, day: date) -> date:
+        """The first day after the landing partition holding `day` (the day after, if daily)."""
+        partitions = self.defs.resolve_job_def("daily_warehouse_job").partitions_def
+        key = partitions.get_partition_key_for_timestamp(
+            datetime.combine(day, datetime.min.time(), tzinfo=UTC).timestamp()
+        )
+        return partitions.time_window_for_partition_key(key).end.date()
+
     @property
     def retraining(self) -> bool:
         """Whether the retraining triggers are on."""
@@ -183,9 +191,12 @@ class Driver:
         self.deliver_labels(day)
         report.extend(self.react())
         if self.retraining and RETRAINING_SCHEDULE in self.triggers:
-            # The night after `day`: the weekly schedule's ticks up to the next day's landing.
-            night = datetime.combine(day, datetime.min.time(), tzinfo=UTC) + timedelta(days=1)
-            for moment in self.schedule.due(night, night + timedelta(days=1)):
+            # From the end of `day`'s partition (when it lands) up to the next one's landing:
+            # the weekly schedule's ticks in between.
+            ends = self.partition_end(day)
+            night = datetime.combine(ends, datetime.min.time(), tzinfo=UTC)
+            following = datetime.combine(self.partition_end(ends), datetime.min.time(), tzinfo=UTC)
+            for moment in self.schedule.due(night, following):
                 report.extend(self.submit(self.schedule.requests(moment), self.schedule.origin))
                 report.extend(self.react())
         return self.finish(report)

@@ -6,9 +6,10 @@ import contextlib
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 
+from pipelines.contracts import TaskSpec
 from pipelines.resources import landing_zone
 from pipelines.settings import DAGSTER_URL, REPO_ROOT, flywheel_home, retraining_default
 from pipelines.task import load_task
@@ -49,22 +50,35 @@ class UsageError(Exception):
 
 
 def days_to_play(days: int, start: date | None) -> list[date]:
-    """The days to land: `days` from `start` (default: after the clock), clamped to the task."""
+    """The partitions to land (a day each for a daily task, else the day each starts on):
+    `days` of them from `start` (default: after the clock), clamped to the task."""
     task = load_task()
     first, last = day_bounds(task)
     clock = read_clock(flywheel_home())
     if start is not None and not first <= start <= last:
         raise UsageError(f"--start {start} is outside task {task.name!r} ({first} to {last})")
+    if start is not None and task.partition_of(start) != start.isoformat():
+        raise UsageError(
+            f"--start {start} does not start a partition of task {task.name!r} "
+            f"({task.cadence}: {task.partition_of(start)} does)"
+        )
     if start is None:
-        start = clock + timedelta(days=1) if clock else first
+        start = _following(task, clock) if clock else first
         if start > last:
             say(f"the simulation already reached the task's last day {last}: nothing to land")
             return []
-    end = start + timedelta(days=days - 1)
-    if end > last:
-        end = last
-        say(f"clamped to the task's last day {last}: landing {(end - start).days + 1} days")
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+    span = [start]
+    while len(span) < days and (following := _following(task, span[-1])) <= last:
+        span.append(following)
+    if len(span) < days:
+        unit = "days" if task.cadence == "daily" else "partitions"
+        say(f"clamped to the task's last day {last}: landing {len(span)} {unit}")
+    return span
+
+
+def _following(task: TaskSpec, day: date) -> date:
+    """The first day of the partition after the one holding `day`."""
+    return date.fromisoformat(task.partition_end(task.partition_of(day)))
 
 
 @dataclass(frozen=True)
@@ -135,7 +149,8 @@ def _after_bootstrap(instance) -> date | None:
     )
     if not records:
         return None
-    return date.fromisoformat(records[0].dagster_run.tags["flywheel/event_day"]) + timedelta(days=1)
+    event_day = date.fromisoformat(records[0].dagster_run.tags["flywheel/event_day"])
+    return _following(load_task(), event_day)
 
 
 def run(days: int, start: date | None = None, options: RunOptions | None = None) -> int:
@@ -156,7 +171,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     played, production_start = read_progress(home)
     clock = read_clock(home)
     if start is None and played is not None and clock is not None and played < clock:
-        start = played + timedelta(days=1)  # killed after landing a day, before finishing it
+        start = _following(load_task(), played)  # killed after landing a day, before finishing it
     span = days_to_play(days, start)
     if not span:
         return 0
@@ -221,7 +236,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 if not driver.retraining and i + 1 >= options.bootstrap_days:
                     # The operator trains the first model, then turns the retraining triggers on.
                     tick.runs.append(driver.retrain("bootstrap", day))
-                    driver.retraining, production_start = True, day + timedelta(days=1)
+                    driver.retraining, production_start = True, _following(task, day)
                 write_progress(home, day, production_start)
                 if background is not None:
                     background.played(day, production_start)

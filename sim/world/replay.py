@@ -1,12 +1,15 @@
-"""Production traffic replay: the files a simulated day sends to the landing zone.
+"""Production traffic replay: the files a simulated partition sends to the landing zone.
 
-Each daily feed of the task gets one file per day and each dimension feed one file, with exactly
-the contract's columns in contract order. Outcomes (actual times, delays, cancellations) are not
-in any contract, so they never land: they are held back for the labeling service.
+Each daily feed of the task gets one file per partition (a day, or the first day of a month for
+a monthly task) and each dimension feed one file, with exactly the contract's columns in contract
+order. The task's name picks the real dataset replayed (`sim.world.sources`). Outcomes (a flight's
+actual times and delays, a film's rating) are not in any contract, so they never land: they are
+held back for the labeling service.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date
@@ -16,18 +19,24 @@ import pandas as pd
 from pipelines.contracts import FeedSpec, TaskSpec
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.task import load_task
-from sim.world import nycflights
 from sim.world.drift import Transform
+from sim.world.sources import source_of
 
 
 @dataclass
 class LandingReport:
-    """What landing some days did: files written, files already identical, flights rows."""
+    """What landing some days did: files written, files already identical, source rows of each
+    daily feed."""
 
     days: list[date] = field(default_factory=list)
     written: int = 0
     unchanged: int = 0
-    flights_rows: int = 0
+    rows: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def flights_rows(self) -> int:
+        """Rows of the flights feed landed (none for a task without one)."""
+        return self.rows["flights"]
 
     def record(self, zone: LandingZone, files: dict[str, bytes]) -> None:
         """Write `files` to `zone`, counting which ones changed."""
@@ -56,12 +65,18 @@ def day_bounds(task: TaskSpec) -> tuple[date, date]:
 def day_files(
     day: date, task: TaskSpec | None = None, drift: Transform | None = None
 ) -> dict[str, bytes]:
-    """The landing key and bytes of every daily feed's file for `day` (with planted drift)."""
+    """The landing key and bytes of every daily feed's file for the partition starting on `day`
+    (with planted drift)."""
     task = task or load_task()
     first, last = day_bounds(task)
     if not first <= day <= last:
         raise ValueError(f"{day} is outside task {task.name!r} ({first} to {last})")
-    source = nycflights.load()
+    if task.partition_of(day) != day.isoformat():
+        raise ValueError(
+            f"{day} starts no partition of task {task.name!r}: its {task.cadence} partition "
+            f"starts on {task.partition_of(day)}"
+        )
+    source = source_of(task.name)
     files = {}
     for feed in task.daily_feeds:
         frame = source.day(feed.name, day)
@@ -74,7 +89,7 @@ def day_files(
 def dimension_files(task: TaskSpec | None = None) -> dict[str, bytes]:
     """The landing key and bytes of every dimension feed's file."""
     task = task or load_task()
-    source = nycflights.load()
+    source = source_of(task.name)
     return {
         feed.landing_key(): render_csv(source.table(feed.name), feed)
         for feed in task.dimension_feeds
@@ -88,16 +103,18 @@ def land_days(
     on_day: Callable[[date], None] | None = None,
     drift: Transform | None = None,
 ) -> LandingReport:
-    """Land the dimension files, then each day's files; identical files are left as they are."""
+    """Land the dimension files, then each partition's files (`days` are the days partitions
+    start on); identical files are left as they are."""
     task = task or load_task()
+    source = source_of(task.name)
     report = LandingReport()
     report.record(zone, dimension_files(task))
     for day in days:
         files = day_files(day, task, drift)
         report.record(zone, files)
         report.days.append(day)
-        if "flights" in task.feeds:
-            report.flights_rows += nycflights.load().day("flights", day).shape[0]
+        for feed in task.daily_feeds:
+            report.rows[feed.name] += source.day(feed.name, day).shape[0]
         if on_day is not None:
             on_day(day)
     return report

@@ -82,7 +82,7 @@ def test_the_source_lacks_weather_for_its_last_day_only():
 
 
 def test_volume_verdicts_against_the_same_weekday():
-    rule = VolumeRule(trailing_weeks=4, min_history=3, error_below=0.5, warn_deviation=0.2)
+    rule = VolumeRule(trailing=4, min_history=3, error_below=0.5, warn_deviation=0.2)
     assert baseline_days("2013-03-29", 2) == ["2013-03-22", "2013-03-15"]
     history = {"2013-03-22": 100, "2013-03-15": 90, "2013-03-08": 110, "2013-03-28": 5}
     normal = judge_volume("2013-03-29", 95, history, rule)

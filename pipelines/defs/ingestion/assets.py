@@ -18,7 +18,7 @@ from pipelines.defs.ingestion.checks import (
 from pipelines.defs.ingestion.feed_checks import FeedChecks, baseline_days
 from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
 from pipelines.lib.landing_zone import LandingZone
-from pipelines.lib.partitions import daily_partitions
+from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 
 GROUP = "ingestion"
@@ -51,7 +51,7 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
             f"{feed.description} Loaded from `{pattern}` into `raw.{feed.name}`; rows that break "
             "the contract go to `raw.quarantine`."
         ),
-        partitions_def=daily_partitions(task) if daily else None,
+        partitions_def=landing_partitions(task) if daily else None,
         backfill_policy=dg.BackfillPolicy.single_run() if daily else None,
         pool=WAREHOUSE_POOL,
         kinds={"sql", "csv"},
@@ -74,7 +74,7 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
             ensure_raw_tables(con, task)
             loads = load_validated(con, feed, files)
             # The baseline is read after the commit: days loaded by this same run count too.
-            history = loaded_rows(con, feed, _baseline(days, checks, feed)) if daily else {}
+            history = loaded_rows(con, feed, _baseline(task, days, checks, feed)) if daily else {}
         loaded = sum(d.rows_loaded for d in loads)
         quarantined = sum(d.rows_quarantined for d in loads)
         if quarantined:
@@ -83,7 +83,7 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
         selected = {k.name for k in context.selected_asset_check_keys}
         results = []
         if VOLUME in selected:
-            results.append(volume_result(key, loads, history, checks.volume[feed.name]))
+            results.append(volume_result(key, task, loads, history, checks.volume[feed.name]))
         if FRESHNESS in selected:
             listing = landing_zone.list_files()
             results.append(freshness_result(key, task, feed, listing, checks.freshness))
@@ -108,9 +108,9 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
     return _feed_asset
 
 
-def _baseline(days: list, checks: FeedChecks, feed: FeedSpec) -> set[str]:
-    weeks = checks.volume[feed.name].trailing_weeks
-    return {b for day in days for b in baseline_days(day, weeks)}
+def _baseline(task: TaskSpec, days: list, checks: FeedChecks, feed: FeedSpec) -> set[str]:
+    count = checks.volume[feed.name].trailing
+    return {b for d in days for b in baseline_days(d, count, task.cadence, task.start_date)}
 
 
 def build_ingestion_assets(task: TaskSpec) -> list[dg.AssetsDefinition]:

@@ -56,8 +56,9 @@ def feed_check_specs(
             asset=key,
             blocking=volume.blocking,
             description=(
-                "A day's rows against the median of the same weekday over the trailing "
-                f"{volume.trailing_weeks} weeks: none, or below {volume.error_below:.0%} of it, "
+                "A partition's rows against the median of the comparable partitions before it "
+                f"(a day's: the same weekday of the {volume.trailing} weeks before): none, or "
+                f"below {volume.error_below:.0%} of it, "
                 f"is an ERROR{blocks}; more than {volume.warn_deviation:.0%} off is a WARN."
             ),
         ),
@@ -140,10 +141,17 @@ def loaded_rows(con: WarehouseConnection, feed: FeedSpec, days: Collection[str])
 
 
 def volume_result(
-    key: dg.AssetKey, loads: Sequence[DayLoad], history: Mapping[str, int], rule: VolumeRule
+    key: dg.AssetKey,
+    task: TaskSpec,
+    loads: Sequence[DayLoad],
+    history: Mapping[str, int],
+    rule: VolumeRule,
 ) -> dg.AssetCheckResult:
     """The volume of the days a run loaded: the worst day's figures, every failing day named."""
-    verdicts = [judge_volume(d.landing_date, d.rows_loaded, history, rule) for d in loads]
+    cadence, first = task.cadence, task.start_date
+    verdicts = [
+        judge_volume(d.landing_date, d.rows_loaded, history, rule, cadence, first) for d in loads
+    ]
     worst = max(
         verdicts, key=lambda v: (SEVERITY_RANK[v.severity], -(1.0 if v.ratio is None else v.ratio))
     )
@@ -209,7 +217,8 @@ def freshness_result(
     rule: FreshnessRule,
 ) -> dg.AssetCheckResult:
     """The freshness of `feed` in the landing listing `files`, as an ingestion run reports it."""
-    verdict = judge_freshness(landed_days(task, files), rule)[feed.name]
+    verdict = judge_freshness(landed_days(task, files), rule, task.cadence, task.start_date)
+    verdict = verdict[feed.name]
     return dg.AssetCheckResult(
         asset_key=key, check_name=FRESHNESS, **_freshness_fields(verdict, rule)
     )
@@ -219,7 +228,7 @@ def freshness_evaluations(
     task: TaskSpec, files: Sequence[LandingFile], rule: FreshnessRule
 ) -> list[dg.AssetCheckEvaluation]:
     """The freshness of every daily feed in `files`, as the landing sensor reports it (no run)."""
-    verdicts = judge_freshness(landed_days(task, files), rule)
+    verdicts = judge_freshness(landed_days(task, files), rule, task.cadence, task.start_date)
     return [
         dg.AssetCheckEvaluation(
             asset_key=dg.AssetKey(task.feeds[name].asset_name),

@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from pipelines.cadence import Cadence, comparable_before, partition_start, partition_starts
 from pipelines.contracts import TaskSpec
 from pipelines.thresholds import build_settings
 
@@ -25,17 +26,18 @@ SEVERITY_RANK: dict[str, int] = {"pass": 0, "warn": 1, "error": 2}
 
 @dataclass(frozen=True)
 class VolumeRule:
-    """How a day's row count is judged against the same weekday of the trailing weeks."""
+    """How a partition's row count is judged against the comparable partitions before it (for
+    a daily task, the same weekday of each of the `trailing` weeks before)."""
 
-    trailing_weeks: int = 4
+    trailing: int = 4
     min_history: int = 3
     error_below: float = 0.5
     warn_deviation: float = 0.2
     blocking: bool = True
 
     def __post_init__(self) -> None:
-        if not 1 <= self.min_history <= self.trailing_weeks:
-            raise ValueError(f"min_history must be within 1..trailing_weeks: {self}")
+        if not 1 <= self.min_history <= self.trailing:
+            raise ValueError(f"min_history must be within 1..trailing: {self}")
         if not 0 < self.error_below < 1 or self.warn_deviation <= 0:
             raise ValueError(f"error_below must be in (0, 1), warn_deviation above 0: {self}")
 
@@ -163,28 +165,41 @@ def parse_feed_checks(task: TaskSpec) -> FeedChecks:
     return FeedChecks(volume=per_feed, freshness=freshness, humidity=humidity)
 
 
-def baseline_days(day: str, weeks: int) -> list[str]:
-    """The same weekday in each of the `weeks` weeks before `day`, newest first."""
-    d = date.fromisoformat(day)
-    return [(d - timedelta(weeks=k)).isoformat() for k in range(1, weeks + 1)]
+def baseline_days(
+    day: str, count: int, cadence: Cadence = "daily", first: str | None = None
+) -> list[str]:
+    """The partitions `day`'s volume is compared with (`cadence.comparable_before`): for a daily
+    task the same weekday in each of the `count` weeks before, newest first."""
+    start = date.fromisoformat(first or day)
+    comparable = comparable_before(date.fromisoformat(day), count, cadence, start)
+    return [d.isoformat() for d in comparable]
 
 
 def judge_volume(
-    day: str, rows: int, history: Mapping[str, int], rule: VolumeRule
+    day: str,
+    rows: int,
+    history: Mapping[str, int],
+    rule: VolumeRule,
+    cadence: Cadence = "daily",
+    first: str | None = None,
 ) -> VolumeVerdict:
-    """Judge `day`'s `rows` against the median of its same weekdays in `history` (day -> rows)."""
+    """Judge `day`'s `rows` against the median of its comparable partitions in `history`
+    (partition -> rows): the same weekdays before it, for a daily task."""
+    alike = "same weekdays" if cadence == "daily" else "partitions"
     # A day that loaded nothing is absent from `history`: an empty day never lowers a baseline.
-    baseline = {d: history[d] for d in baseline_days(day, rule.trailing_weeks) if history.get(d)}
+    before = baseline_days(day, rule.trailing, cadence, first)
+    baseline = {d: history[d] for d in before if history.get(d)}
     base = median(baseline.values()) if len(baseline) >= rule.min_history else None
     ratio = rows / base if base else None
-    judged = f"{rows} rows, {ratio:.0%} of the same-weekday median {base:g}" if base else ""
+    median_of = "same-weekday median" if cadence == "daily" else "median of the partitions before"
+    judged = f"{rows} rows, {ratio:.0%} of the {median_of} {base:g}" if base else ""
     if rows == 0:
         severity: Severity = "error"
         reason = "no rows: the file holds a header only, or every row was quarantined"
     elif ratio is None:
         severity = "pass"
         reason = (
-            f"{rows} rows; only {len(baseline)} of the {rule.trailing_weeks} same weekdays "
+            f"{rows} rows; only {len(baseline)} of the {rule.trailing} {alike} "
             f"before it are loaded ({rule.min_history} needed), so only an empty day is judged"
         )
     elif ratio < rule.error_below:
@@ -197,7 +212,10 @@ def judge_volume(
 
 
 def judge_freshness(
-    landed: Mapping[str, Collection[str]], rule: FreshnessRule
+    landed: Mapping[str, Collection[str]],
+    rule: FreshnessRule,
+    cadence: Cadence = "daily",
+    first: str | None = None,
 ) -> dict[str, FreshnessVerdict]:
     """Each daily feed's landed days (feed -> days with a file) against the landing frontier.
 
@@ -209,8 +227,10 @@ def judge_freshness(
         return {}
     frontier = max(every)
     last = date.fromisoformat(frontier)
-    first = max(date.fromisoformat(min(every)), last - timedelta(days=rule.lookback_days - 1))
-    window = [(first + timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+    earliest = max(date.fromisoformat(min(every)), last - timedelta(days=rule.lookback_days - 1))
+    anchor = date.fromisoformat(first or min(every))
+    starts = partition_starts(partition_start(earliest, cadence, anchor), last, cadence)
+    window = [d.isoformat() for d in [*starts, last] if d >= earliest]
     verdicts = {}
     for feed, days in landed.items():
         newest = max(days) if days else None

@@ -9,7 +9,7 @@ import pandas as pd
 from ml.drift import TrainingProfile
 from pipelines.ingestion import RAW_SCHEMA
 from pipelines.labeling.selection import UNIFORM_REASONS
-from pipelines.lib.partitions import daily_partitions
+from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.registry import PROFILE_ARTIFACT, champion, read_json, registered_name
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import (
@@ -48,7 +48,7 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
 
     @dg.asset(
         group_name=GROUP,
-        partitions_def=daily_partitions(task),
+        partitions_def=landing_partitions(task),
         deps=[spec.features_table, predictions],
         pool=WAREHOUSE_POOL,
         # In a backfill's single run the window ends on the range's last day.
@@ -114,7 +114,7 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
 
     @dg.asset(
         group_name=GROUP,
-        partitions_def=daily_partitions(task),
+        partitions_def=landing_partitions(task),
         deps=[task.labels_table, predictions],
         pool=WAREHOUSE_POOL,
         kinds={"sql"},

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import pandas as pd
 
-from pipelines.lib.partitions import daily_partitions
+from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.registry import champion, load_model, registered_name
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse, WarehouseConnection, replace_rows
@@ -34,7 +34,7 @@ def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
     @dg.asset(
         name=spec.predictions_table,
         group_name="scoring",
-        partitions_def=daily_partitions(task),
+        partitions_def=landing_partitions(task),
         deps=[spec.features_table],
         pool=WAREHOUSE_POOL,
         # A backfill scores its whole range in one run, like the models it reads.

@@ -16,27 +16,31 @@ from pipelines.lib.dbt import (
     dbt_project,
     stream_and_keep_parse_state,
 )
-from pipelines.lib.partitions import daily_partitions
+from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 
 DAILY_TAG = "daily"
-DAILY_SELECT = f"tag:{DAILY_TAG}"
-TRAINING_SELECT = "tag:training"
+TRAINING_TAG = "training"
+# The dbt tests of the project's own macros, whatever the task.
+MACRO_TESTS = "path:tests"
 
 
 def build_dbt_assets(
     task: TaskSpec,
 ) -> tuple[dg.AssetsDefinition, dg.AssetsDefinition, dg.AssetsDefinition]:
-    """The daily-partitioned models, those over dimension tables and labels, and training marts."""
+    """The daily-partitioned models, those over dimension tables and labels, and training marts
+    of `task`: the models tagged with its name (its folder under `dbt_project/models/`)."""
+    own = f"tag:{task.name}"
+    daily, training = f"{own},tag:{DAILY_TAG}", f"{own},tag:{TRAINING_TAG}"
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
-        select=DAILY_SELECT,
+        select=daily,
         # Tests tagged `training` run in the training build, not in every day's, even where a
         # daily model is one of their parents (the labels' relationship to the flights).
-        exclude=TRAINING_SELECT,
+        exclude=f"tag:{TRAINING_TAG}",
         name="daily_dbt_models",
-        partitions_def=daily_partitions(task),
+        partitions_def=landing_partitions(task),
         backfill_policy=dg.BackfillPolicy.single_run(),
         dagster_dbt_translator=FlywheelDbtTranslator(),
         pool=WAREHOUSE_POOL,
@@ -47,7 +51,7 @@ def build_dbt_assets(
         """Build and test the daily models for the run's landing days only (incremental)."""
         warehouse.wait_until_free()
         window = context.partition_time_window
-        with first_build_serialised(warehouse, incremental_models(DAILY_TAG)):
+        with first_build_serialised(warehouse, incremental_models(task.name, DAILY_TAG)):
             # The window goes in the environment, not --vars: changed vars re-parse the project.
             with date_window_env(window.start.date(), window.end.date()):
                 invocation = dbt.cli(build_command(), context=context)
@@ -55,7 +59,8 @@ def build_dbt_assets(
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
-        exclude=f"{DAILY_SELECT} {TRAINING_SELECT}",
+        select=f"{own} {MACRO_TESTS}",
+        exclude=f"tag:{DAILY_TAG} tag:{TRAINING_TAG}",
         name="dimension_dbt_models",
         dagster_dbt_translator=FlywheelDbtTranslator(),
         pool=WAREHOUSE_POOL,
@@ -69,7 +74,7 @@ def build_dbt_assets(
 
     @dbt_assets(
         manifest=dbt_project.manifest_path,
-        select=TRAINING_SELECT,
+        select=training,
         name="training_dbt_models",
         dagster_dbt_translator=FlywheelDbtTranslator(),
         pool=WAREHOUSE_POOL,
@@ -85,14 +90,14 @@ def build_dbt_assets(
 
 
 @cache
-def incremental_models(tag: str) -> tuple[str, ...]:
-    """The relations of the project's incremental models tagged `tag`."""
+def incremental_models(task_name: str, tag: str) -> tuple[str, ...]:
+    """The relations of the incremental models of task `task_name` tagged `tag`."""
     manifest = json.loads(dbt_project.manifest_path.read_text())
     return tuple(
         node["alias"]
         for node in manifest["nodes"].values()
         if node["resource_type"] == "model"
-        and tag in node["tags"]
+        and {task_name, tag} <= set(node["tags"])
         and node["config"]["materialized"] == "incremental"
     )
 

@@ -1,0 +1,39 @@
+"""The outside world's data behind each task: which real dataset a task's replay plays back.
+
+Every source cuts its per-partition tables by the day a partition starts on (`day`) and serves
+its dimension tables whole (`table`), with the contract's columns as text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+from typing import Protocol
+
+import pandas as pd
+
+from sim.world import movielens, nycflights
+
+
+class Source(Protocol):
+    """A replayed dataset: the rows of one partition of a table, and whole dimension tables."""
+
+    def day(self, table: str, day: date | str) -> pd.DataFrame: ...
+
+    def table(self, name: str) -> pd.DataFrame: ...
+
+
+LOADERS: dict[str, Callable[[], Source]] = {
+    "flights": nycflights.load,
+    "movielens": movielens.load,
+}
+
+
+def source_of(task_name: str) -> Source:
+    """The loaded source of the task named `task_name` (read once per process)."""
+    loader = LOADERS.get(task_name)
+    if loader is None:
+        raise KeyError(
+            f"the simulator has no source for task {task_name!r}; known: {list(LOADERS)}"
+        )
+    return loader()

@@ -1,0 +1,98 @@
+"""The second task through the same code: monthly MovieLens rating events land, are ingested
+against their contract, and become leak-free features in the task's own dbt models."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from pipelines.definitions import build_definitions
+from pipelines.task import load_task
+from sim.world import movielens
+from sim.world.replay import land_days
+
+TASK = load_task("movielens")
+MONTHS = [date(2000, 11, 1), date(2000, 12, 1)]
+
+
+def play_landings(flywheel, defs: dg.Definitions) -> list[tuple[str, str | None]]:
+    """Evaluate the landing sensor and execute what it asks for, until it asks for nothing."""
+    sensor, cursor, ran = defs.resolve_sensor_def("landing_sensor"), None, []
+    for _ in range(6):
+        with dg.build_sensor_context(
+            instance=flywheel.instance, definitions=defs, resources=defs.resources, cursor=cursor
+        ) as context:
+            result = sensor.evaluate_tick(context)
+        cursor = result.cursor
+        for request in result.run_requests:
+            outcome = defs.resolve_job_def(request.job_name).execute_in_process(
+                instance=flywheel.instance,
+                partition_key=request.partition_key,
+                asset_selection=request.asset_selection,
+            )
+            assert outcome.success
+            ran.append((request.job_name, request.partition_key))
+    return ran
+
+
+@pytest.fixture
+def movielens_defs(flywheel, monkeypatch) -> dg.Definitions:
+    monkeypatch.setenv("FLYWHEEL_TASK", "movielens")
+    return build_definitions(task_name="movielens")
+
+
+def test_monthly_events_become_features_from_ratings_known_before_their_month(
+    flywheel, movielens_defs
+) -> None:
+    land_days(flywheel.zone, MONTHS, TASK)
+    ran = play_landings(flywheel, movielens_defs)
+    assert ran == [
+        ("dimension_warehouse_job", None),
+        ("daily_warehouse_job", "2000-11-01"),
+        ("daily_warehouse_job", "2000-12-01"),
+    ]
+    source = movielens.load()
+    november, december = (source.months[m.isoformat()] for m in MONTHS)
+    warehouse = movielens_defs.resources["warehouse"]
+    with warehouse.connect() as con:
+        features = con.df("select * from fct_rating_features order by rating_id")
+    assert features.groupby("rating_month").size().to_dict() == {
+        pd.Timestamp(m): len(rows) for m, rows in zip(MONTHS, (november, december), strict=True)
+    }
+    assert features.user_labelled_count.eq(0).all() and features.user_mean_rating.isna().all()
+
+    # Ratings of November come back: some during November, some only in December.
+    labelled = november.sample(400, random_state=0).reset_index(drop=True)
+    known_at = [pd.Timestamp("2000-11-20")] * 300 + [pd.Timestamp("2000-12-05")] * 100
+    labels = pd.DataFrame(
+        {
+            "rating_id": labelled.rating_id,
+            "rating": movielens.true_ratings(labelled.rating_id),
+            "known_at": known_at,
+        }
+    )
+    with warehouse.connect() as con:
+        con.insert_rows(f"raw.{TASK.labels_table}", labels)
+    movielens_defs.resolve_job_def("dimension_warehouse_job").execute_in_process(
+        instance=flywheel.instance
+    )
+    movielens_defs.resolve_job_def("daily_warehouse_job").execute_in_process(
+        instance=flywheel.instance, partition_key="2000-12-01"
+    )
+    with warehouse.connect() as con:
+        rebuilt = con.df("select * from fct_rating_features where rating_month = date '2000-12-01'")
+    # Only what was known before December 1 counts for December's events.
+    before = labels.iloc[:300].merge(labelled[["rating_id", "user_id"]], on="rating_id")
+    expected = before.groupby("user_id").rating.agg(["count", "mean"])
+    got = rebuilt.set_index("rating_id")
+    for row in december.itertuples():
+        count = expected["count"].get(row.user_id, 0)
+        assert got.at[row.rating_id, "user_labelled_count"] == count
+        if count:
+            assert got.at[row.rating_id, "user_mean_rating"] == pytest.approx(
+                expected["mean"][row.user_id]
+            )
+    assert got.user_labelled_count.gt(0).any()
