@@ -53,7 +53,7 @@ def load(home: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The run's labelled examples and every flight it played (with its outcome)."""
     import duckdb
 
-    from sim.world.annotators import is_late
+    from sim.world.nycflights import is_late
 
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
         examples = con.sql("select * from fct_labelled_flights").df()

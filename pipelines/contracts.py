@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import date
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -144,6 +145,22 @@ def _is_date(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+@cache
+def default_task_name() -> str:
+    """The one task file under `pipelines/tasks/` marked `default: true`."""
+    marked = [
+        path.stem
+        for path in sorted(TASKS_DIR.glob("*.yaml"))
+        if (yaml.safe_load(path.read_text()) or {}).get("default") is True
+    ]
+    if len(marked) != 1:
+        raise ValueError(
+            f"FLYWHEEL_TASK is not set and {len(marked)} task files under {TASKS_DIR} are marked "
+            f"`default: true` ({marked}): set FLYWHEEL_TASK, or mark exactly one"
+        )
+    return marked[0]
 
 
 def read_contracts(name_or_path: str | Path) -> TaskSpec:

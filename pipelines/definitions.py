@@ -21,7 +21,7 @@ from pipelines.labeling.triggers import build_labeling_triggers
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.runs import RETRAINING_JOB
 from pipelines.resources import build_resources
-from pipelines.settings import TASK_NAME, retraining_run_config, sensor_interval_s
+from pipelines.settings import retraining_run_config, sensor_interval_s
 from pipelines.task import load_task
 
 
@@ -30,9 +30,9 @@ def build_definitions(
     task_name: str | None = None,
     resources: Mapping[str, dg.ConfigurableResource] | None = None,
 ) -> dg.Definitions:
-    """Build the definitions of `task_name` (FLYWHEEL_TASK, default flights) for `env`, with
-    `resources` in place of the environment's own where given."""
-    task = load_task(task_name or TASK_NAME.value())
+    """Build the definitions of `task_name` (default `pipelines.task.task_name()`) for `env`,
+    with `resources` in place of the environment's own where given."""
+    task = load_task(task_name)
     interval_s = sensor_interval_s()
     ingestion = {a.key.path[-1]: a for a in build_ingestion_assets(task)}
     daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]
@@ -45,7 +45,7 @@ def build_definitions(
         "daily_warehouse_job",
         selection=dg.AssetSelection.assets(*daily_raw, daily_dbt, predictions, feature_drift),
         partitions_def=landing_partitions(task),
-        description="Ingest landing days, build their models, score their flights, check drift.",
+        description="Ingest landing days, build their models, score their examples, check drift.",
     )
     dimension_job = dg.define_asset_job(
         "dimension_warehouse_job",

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.registry import NoChampionError, champion, registered_name, rollback, versions
 from pipelines.lib.tracking import MlflowTracker, tracker_resource
-from pipelines.settings import TASK_NAME, current_env, flywheel_home
+from pipelines.settings import current_env, flywheel_home
+from pipelines.task import task_name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flywheel-models", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--task", default=TASK_NAME.get())
+    parser.add_argument("--task", default=None)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="every registered version and its decision")
     back = commands.add_parser("rollback", help="point the champion alias to an earlier version")
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, tracker: MlflowTracker) -> int:
     """List the versions of the task's model, or roll its champion back."""
-    name = registered_name(args.task)
+    name = registered_name(args.task or task_name())
     if args.command == "rollback":
         restored = rollback(tracker, name, args.to)
         print(f"{name}: champion is now version {restored.version} ({restored.uri})")

@@ -78,7 +78,7 @@ def realized_performance(
     val_logloss = float(expected.get("logloss", math.nan))
     row: dict[str, object] = {
         "labels": len(y),
-        "late_rate": float(y.mean()) if len(y) else math.nan,
+        "label_mean": float(y.mean()) if len(y) else math.nan,
         "auroc": math.nan,
         "logloss": math.nan,
         "expected_auroc": val_auroc,

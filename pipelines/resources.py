@@ -30,6 +30,7 @@ from pipelines.settings import (
     labeling_backend,
     warehouse_path,
 )
+from pipelines.task import task_name
 
 
 def warehouse(env: str | None = None) -> Warehouse:
@@ -151,7 +152,7 @@ def per_task(task: str | None = None) -> str:
     """The name of what each task has its own of (the MLflow experiment, the Label Studio
     project): `flywheel-<task>`, the task FLYWHEEL_TASK names unless `task` does. A task given
     as a YAML path is named by its file."""
-    return f"flywheel-{Path(task or settings.TASK_NAME.value()).stem}"
+    return f"flywheel-{Path(task or task_name()).stem}"
 
 
 def build_resources(

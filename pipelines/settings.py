@@ -15,7 +15,7 @@ shell that starts it), so every run the daemon launches uses the same.
 - `FLYWHEEL_SENSOR_INTERVAL_S`: the least seconds between two evaluations of every sensor
   (default: each sensor's own, 30 or 60 s).
 - `FLYWHEEL_TASK`: the task the code location serves, a name under `pipelines/tasks/` or a
-  YAML file's path (default `flights`).
+  YAML file's path (default: the one task file there marked `default: true`).
 
 This module is the only one that reads the environment: the rest of the project asks it for a
 setting by name (`Setting`), so each setting's default is defined once, here. Every setting,
@@ -62,7 +62,7 @@ class Setting:
 
 ENV = Setting("FLYWHEEL_ENV", "local")
 HOME = Setting("FLYWHEEL_HOME")
-TASK_NAME = Setting("FLYWHEEL_TASK", "flights")
+TASK_NAME = Setting("FLYWHEEL_TASK")
 WAREHOUSE_PATH = Setting("FLYWHEEL_WAREHOUSE_PATH")
 WAREHOUSE_HOST = Setting("FLYWHEEL_WAREHOUSE_HOST")
 WAREHOUSE_PORT = Setting("FLYWHEEL_WAREHOUSE_PORT", "5432")

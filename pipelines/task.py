@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from pipelines.contracts import TaskSpec, read_contracts
+from pipelines.contracts import TaskSpec, default_task_name, read_contracts
 from pipelines.defs.ingestion.feed_checks import FeedChecks, parse_feed_checks
 from pipelines.labeling.spec import LabelingSpec, parse_labeling_spec
 from pipelines.model_spec import ModelSpec, parse_model_spec
@@ -20,6 +20,7 @@ from pipelines.thresholds import MonitoringSpec, PromotionSpec, parse_thresholds
 
 SECTIONS = (
     "task",
+    "default",
     "partitions",
     "null_values",
     "feeds",
@@ -42,11 +43,17 @@ class Task(TaskSpec):
     feed_checks: FeedChecks
 
 
+def task_name() -> str:
+    """The task the settings name (FLYWHEEL_TASK), else the one file under `pipelines/tasks/`
+    marked `default: true`."""
+    return TASK_NAME.get() or default_task_name()
+
+
 def load_task(name_or_path: str | Path | None = None) -> Task:
     """The task named (a file `pipelines/tasks/<name>.yaml`), or the YAML file at a path;
     default: the task the settings name. A section missing, unknown or wrong is a ValueError
     naming the file and the section."""
-    contracts = read_contracts(name_or_path or TASK_NAME.value())
+    contracts = read_contracts(name_or_path or task_name())
     if unknown := sorted(set(contracts.sections) - set(SECTIONS)):
         raise ValueError(f"{contracts.path}: unknown sections {unknown}; known: {list(SECTIONS)}")
     monitoring, promotion = parse_thresholds(contracts)

@@ -1,4 +1,4 @@
-"""Labeling assets: export a day's chosen flights to annotators, import the labels returned."""
+"""Labeling assets: export a day's chosen examples to annotators, import the labels returned."""
 
 import dagster as dg
 
@@ -13,7 +13,7 @@ GROUP = "labeling"
 
 
 class LabelSelectionConfig(dg.Config):
-    """How many of a day's flights go to labeling, and what share of them is a random audit."""
+    """How many of a day's examples go to labeling, and what share of them is a random audit."""
 
     budget: int = 150
     # The audit share is the unbiased sample evaluation and performance monitoring rely on.
@@ -73,7 +73,7 @@ def build_labeling_assets(task: Task) -> list[dg.AssetsDefinition]:
         pool=WAREHOUSE_POOL,
         kinds={"sql", "json"},
     )
-    def flight_labels(
+    def labels(
         context: dg.AssetExecutionContext, warehouse: Warehouse, label_exchange: LabelExchange
     ) -> dg.MaterializeResult:
         """Import the day's delivered labels: validated, first answer wins, bad ones quarantined."""
@@ -91,4 +91,4 @@ def build_labeling_assets(task: Task) -> list[dg.AssetsDefinition]:
             }
         )
 
-    return [label_tasks, flight_labels]
+    return [label_tasks, labels]

@@ -288,7 +288,7 @@ def _dbt_in_process() -> Iterator[None]:
             dbt_cli_invocation.subprocess = module
 
 
-# The environment variables the daily models read their window of flight days from
+# The environment variables the daily models read their window of days from
 # (macros/date_window.sql): min inclusive, max exclusive.
 WINDOW_ENV_VARS = ("FLYWHEEL_MIN_DATE", "FLYWHEEL_MAX_DATE")
 

@@ -122,7 +122,7 @@ def _landing_cursor(cursor: str | None) -> tuple[dict[str, str], str | None]:
 
 
 class LandingZone(dg.ConfigurableResource, ABC):
-    """Read and write files by key ('flights/2013-01-01.csv') under one root."""
+    """Read and write files by key ('<feed>/2013-01-01.csv') under one root."""
 
     @abstractmethod
     def list_files(self, prefix: str = "") -> list[LandingFile]:

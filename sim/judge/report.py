@@ -30,7 +30,7 @@ from pipelines.lib.runs import RETRAINING_JOB
 from pipelines.task import load_task
 from sim.judge import alarms
 from sim.judge.reference import BaselineFits, Fitted
-from sim.world.annotators import is_late
+from sim.world.nycflights import is_late
 
 
 @dataclass

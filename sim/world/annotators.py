@@ -1,4 +1,4 @@
-"""The annotators: a labeling service that answers the pipeline's batches once flights have landed.
+"""The annotators: a labeling service that answers the pipeline's batches once examples have landed.
 
 The store is a folder (or an S3 prefix) shared with the pipeline, laid out as a real Label Studio
 deployment would use it:
@@ -15,11 +15,13 @@ deployment would use it:
 The Label Studio project's labeling config is generated from the task's YAML
 (`LabelingSpec.labeling_config`); an answer picks one of its choices.
 
-Answers come from the outcomes the replay holds back: `late` if the flight arrived 15+ minutes
-late, and also if it has no arrival delay at all (cancelled or diverted: it did not arrive on
-time); otherwise `on_time`. With probability `noise` an answer is flipped (seeded per task).
+Answers come from the outcomes the replay holds back (`sim.world.sources.outcome_of`): for
+flights `late` if the flight arrived 15+ minutes late, and also if it has no arrival delay at all
+(cancelled or diverted: it did not arrive on time), otherwise `on_time`; for a rating, its stars.
+With probability `noise` an answer is wrong (seeded per task): a binary answer flipped, another
+choice at random otherwise.
 
-Delivery rule (stateless, idempotent): a task is due once its flight's scheduled date plus
+Delivery rule (stateless, idempotent): a task is due once its example's date (its id's start) plus
 `latency_days` is on or before the delivery day. `deliver(day)` answers every due task that no
 inbox file of *another* day already holds, in that day's file. Re-delivering a day writes the
 same bytes, and a task answered on one day is never answered on another; a task in several
@@ -33,7 +35,6 @@ the same answer from both.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -47,10 +48,9 @@ from pipelines.labeling.label_exchange import FileLabelExchange, LabelExchange, 
 from pipelines.labeling.label_studio_api import LabelStudioClient
 from pipelines.lib.landing_zone import LandingFile, LandingZone
 from pipelines.task import load_task
-from sim.world import nycflights
+from sim.world.sources import outcome_of
 
 OUTBOX, INBOX = "outbox/", "inbox/"
-LATE_MINUTES = 15
 WORKDAY_SECONDS = 8 * 3600  # answers are given between 09:00 and 17:00 UTC
 
 
@@ -71,7 +71,7 @@ class _Annotators:
     latency_days: int = 1
     noise: float = 0.0
     seed: int = 0
-    spec: LabelingSpec = field(default_factory=lambda: flights_labeling())
+    spec: LabelingSpec = field(default_factory=lambda: load_task().labeling)
 
     def __post_init__(self) -> None:
         if self.latency_days < 0:
@@ -154,9 +154,9 @@ class LabelingService(_Annotators):
         return due_day(task["data"][self.spec.example_id], self.latency_days)
 
     def _answer(self, task: dict[str, Any], today: date) -> dict[str, Any]:
-        """A Label Studio export item: the task with one annotation of its flight's outcome."""
-        task_id, flight_id = task["data"]["task_id"], task["data"][self.spec.example_id]
-        choice = answer(self.spec, task_id, flight_id, self.noise, self.seed)
+        """A Label Studio export item: the task with one annotation of its example's outcome."""
+        task_id, example_id = task["data"]["task_id"], task["data"][self.spec.example_id]
+        choice = answer(self.spec, task_id, example_id, self.noise, self.seed)
         at = (
             pd.Timestamp(today) + pd.Timedelta(hours=9, seconds=_digest(task_id) % WORKDAY_SECONDS)
         ).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -224,39 +224,23 @@ def annotators_for(exchange: LabelExchange, latency_days: int = 1) -> Annotators
     raise TypeError(f"no simulated annotators for a {type(exchange).__name__}")
 
 
-def flights_labeling() -> LabelingSpec:
-    return load_task("flights").labeling
+def due_day(example_id: str, latency_days: int) -> date:
+    """When an example's label can be given: its date (the id's start) plus the latency."""
+    return date.fromisoformat(example_id[:10]) + timedelta(latency_days)
 
 
-def due_day(flight_id: str, latency_days: int) -> date:
-    """When a flight's label can be given: its scheduled date (the id's start) plus the latency."""
-    return date.fromisoformat(flight_id[:10]) + timedelta(latency_days)
-
-
-def answer(spec: LabelingSpec, task_id: str, flight_id: str, noise: float, seed: int) -> str:
-    """An annotator's choice for a task: the flight's outcome, flipped with probability `noise`
-    (seeded per task)."""
-    late = is_late(flight_id)
-    if _unit(f"noise:{seed}:{task_id}") < noise:
-        late = not late
-    return spec.choice_of(late)
-
-
-def is_late(flight_id: str) -> bool:
-    """The held-back outcome of a flight: 15+ minutes late, cancelled or diverted."""
-    arr_delay = _arrival_delays(flight_id[:10]).get(flight_id)
-    if arr_delay is None:
-        raise KeyError(f"the source has no flight {flight_id!r}")
-    # No arrival delay means the flight never arrived (cancelled or diverted): not on time.
-    return arr_delay == "" or float(arr_delay) >= LATE_MINUTES
-
-
-@functools.cache
-def _arrival_delays(day: str) -> dict[str, str]:
-    """The source's arrival delay (text, empty if none) of each flight id of local date `day`."""
-    flights = nycflights.load().day("flights", day)
-    ids = day + "_" + flights["carrier"] + flights["flight"] + "_" + flights["origin"]
-    return dict(zip(ids, flights["arr_delay"], strict=True))
+def answer(spec: LabelingSpec, task_id: str, example_id: str, noise: float, seed: int) -> str:
+    """An annotator's choice for a task: the example's outcome; with probability `noise` (seeded
+    per task) a wrong one: the other choice of a binary label, else another choice at random."""
+    outcome = outcome_of(spec.task, example_id)
+    wrong = _unit(f"noise:{seed}:{task_id}") < noise
+    if isinstance(outcome, bool):
+        return spec.choice_of(not outcome if wrong else outcome)
+    right = spec.choice_of(outcome)
+    if not wrong:
+        return right
+    others = [c for c in spec.choices if c != right]
+    return others[_digest(f"wrong:{seed}:{task_id}") % len(others)]
 
 
 def _digest(text: str) -> int:

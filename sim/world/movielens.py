@@ -125,6 +125,11 @@ def load() -> MovieLens:
     )
 
 
+def true_rating(rating_id: str) -> float:
+    """The star rating (0.5 to 5.0) a rating event gave."""
+    return true_ratings([rating_id])[0]
+
+
 def true_ratings(rating_ids: Iterable[str]) -> list[float]:
     """The star rating (0.5 to 5.0) each rating event gave, in the order of `rating_ids`."""
     outcomes = load().outcomes

@@ -100,3 +100,24 @@ def load() -> NycFlights:
         empty[name] = frame.iloc[:0]
     dimension = {name: read_table(name) for name in DIMENSION_TABLES}
     return NycFlights(daily=daily, empty=empty, dimension=dimension)
+
+
+# A flight is late when it arrives this many minutes after its scheduled arrival, or never.
+LATE_MINUTES = 15
+
+
+def is_late(flight_id: str) -> bool:
+    """The held-back outcome of a flight: 15+ minutes late, cancelled or diverted."""
+    arr_delay = _arrival_delays(flight_id[:10]).get(flight_id)
+    if arr_delay is None:
+        raise KeyError(f"the source has no flight {flight_id!r}")
+    # No arrival delay means the flight never arrived (cancelled or diverted): not on time.
+    return arr_delay == "" or float(arr_delay) >= LATE_MINUTES
+
+
+@functools.cache
+def _arrival_delays(day: str) -> dict[str, str]:
+    """The source's arrival delay (text, empty if none) of each flight id of local date `day`."""
+    flights = load().day("flights", day)
+    ids = day + "_" + flights["carrier"] + flights["flight"] + "_" + flights["origin"]
+    return dict(zip(ids, flights["arr_delay"], strict=True))

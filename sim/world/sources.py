@@ -29,6 +29,24 @@ LOADERS: dict[str, Callable[[], Source]] = {
 }
 
 
+# The outcome the replay holds back for an example of each task, by its id: what a truthful
+# annotator answers.
+OUTCOMES: dict[str, Callable[[str], object]] = {
+    "flights": nycflights.is_late,
+    "movielens": movielens.true_rating,
+}
+
+
+def outcome_of(task_name: str, example_id: str) -> object:
+    """The held-back outcome of one example of the task named `task_name`."""
+    outcome = OUTCOMES.get(task_name)
+    if outcome is None:
+        raise KeyError(
+            f"the simulator has no outcomes for task {task_name!r}; known: {list(OUTCOMES)}"
+        )
+    return outcome(example_id)
+
+
 def source_of(task_name: str) -> Source:
     """The loaded source of the task named `task_name` (read once per process)."""
     loader = LOADERS.get(task_name)

@@ -35,8 +35,9 @@ from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
 from pipelines.task import load_task
 from sim.world import nycflights
-from sim.world.annotators import LabelingService, LabelStudioAnnotators, is_late
+from sim.world.annotators import LabelingService, LabelStudioAnnotators
 from sim.world.label_studio_server import VERSION, LocalLabelStudio
+from sim.world.nycflights import is_late
 
 pytestmark = pytest.mark.xdist_group("label_studio")
 

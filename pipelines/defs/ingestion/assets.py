@@ -25,7 +25,7 @@ GROUP = "ingestion"
 
 
 def feed_asset_key(feed: FeedSpec) -> dg.AssetKey:
-    """The asset key of a feed's raw table (`raw_flights`)."""
+    """The asset key of a feed's raw table (`raw_<feed>`)."""
     return dg.AssetKey(feed.asset_name)
 
 

@@ -30,7 +30,7 @@ def build_landing_sensor(
     `interval_s` seconds at least (default 30). New files are taken once the landing zone lists
     the same files at two evaluations in a row, so a landing of several files is taken whole.
 
-    A task's days are built on its dimension tables (a flight's airports), so until the
+    A task's days are built on its dimension tables (an example's films or airports), so until the
     dimension run has built `dimension_downstream` once, landing days are held back: a day's run
     started beside the first dimension run would read views not created yet. The days are
     taken at the first evaluation after it has."""

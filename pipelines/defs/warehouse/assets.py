@@ -37,7 +37,7 @@ def build_dbt_assets(
         manifest=dbt_project.manifest_path,
         select=daily,
         # Tests tagged `training` run in the training build, not in every day's, even where a
-        # daily model is one of their parents (the labels' relationship to the flights).
+        # daily model is one of their parents (the labels' relationship to the examples).
         exclude=f"tag:{TRAINING_TAG}",
         name="daily_dbt_models",
         partitions_def=landing_partitions(task),
