@@ -1,4 +1,10 @@
-"""Scikit-learn baselines scored on exactly the splits and preprocessing the network sees."""
+"""Scikit-learn baselines scored on exactly the splits and preprocessing the network sees.
+
+For a binary label each baseline predicts P(label = 1), shape (n,); for a label of K classes
+(``FeatureConfig.classes``), an (n, K) matrix whose column k is ``classes[k]``. A class absent
+from the training rows gets probability 0 (the fitted model's classes already sum to 1), so the
+columns keep that order whatever the training set held.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import sparse
+from sklearn.base import ClassifierMixin
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import OneHotEncoder
 
 from ml.data import TabularDataModule
-from ml.metrics import binary_metrics
+from ml.metrics import binary_metrics, multiclass_metrics
 from ml.preprocessing import Preprocessor
 
 # HistGradientBoosting's native categorical support needs codes below its bin count.
@@ -37,9 +44,17 @@ class FittedBaselines:
     hist_gradient_boosting: HistGradientBoostingClassifier
 
     def predict_arrays(self, categorical: np.ndarray, numeric: np.ndarray) -> dict[str, np.ndarray]:
-        """Each baseline's P(label=1) for rows already preprocessed by ``self.preprocessor``."""
+        """Each baseline's P(label=1) (multi-class: (n, K) probabilities) for rows already
+        preprocessed by ``self.preprocessor``."""
         one_hot = self.encoder.transform(categorical)
         x = sparse.hstack([one_hot, sparse.csr_matrix(numeric)]).tocsr()
+        k = self.preprocessor.features.n_outputs
+        if k > 1:
+            trees = np.hstack([categorical, numeric])
+            return {
+                "logistic_regression": _class_columns(self.logistic_regression, x, k),
+                "hist_gradient_boosting": _class_columns(self.hist_gradient_boosting, trees, k),
+            }
         return {
             "logistic_regression": self.logistic_regression.predict_proba(x)[:, 1],
             "hist_gradient_boosting": self.hist_gradient_boosting.predict_proba(
@@ -93,8 +108,9 @@ def baseline_predictions(
     seed: int = 0,
     fitted: FittedBaselines | None = None,
 ) -> dict[str, np.ndarray]:
-    """Return each baseline's P(label=1) for the rows of ``split``, in the split's row order
-    (``fitted``: baselines already fitted on this data module's training split)."""
+    """Return each baseline's P(label=1) ((n, K) for K classes) for the rows of ``split``, in
+    the split's row order (``fitted``: baselines already fitted on this data module's training
+    split)."""
     if split not in datamodule.splits:
         raise KeyError(split)
     fitted = fitted if fitted is not None else fit_baselines(datamodule, seed)
@@ -108,10 +124,21 @@ def evaluate_baselines(
     fitted: FittedBaselines | None = None,
 ) -> dict[str, dict[str, float]]:
     """Return ``{baseline: {"auroc", "logloss", "brier", "ece"}}`` on ``split`` per baseline
-    (losses weighted by the split's row weights, as the network's validation losses are)."""
+    (losses weighted by the split's row weights, as the network's validation losses are;
+    ``ml.metrics.multiclass_metrics`` for a label of several classes)."""
     y, weights = _labels(datamodule, split), _weights(datamodule, split)
     predictions = baseline_predictions(datamodule, split, seed, fitted)
+    if datamodule.preprocessor.features.classes is not None:
+        return {n: multiclass_metrics(y, p, weights=weights) for n, p in predictions.items()}
     return {name: binary_metrics(y, probs, weights=weights) for name, probs in predictions.items()}
+
+
+def _class_columns(model: ClassifierMixin, x: object, k: int) -> np.ndarray:
+    """(n, k) probabilities in class-index order from a classifier fitted on class indices,
+    some of which its training rows may have lacked (their column stays 0)."""
+    probs = np.zeros((x.shape[0], k))
+    probs[:, model.classes_.astype(np.int64)] = model.predict_proba(x)
+    return probs
 
 
 def _labels(datamodule: TabularDataModule, split: str) -> np.ndarray:

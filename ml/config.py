@@ -55,6 +55,30 @@ class FeatureConfig:
     weight: str | None = None
     # Categories seen fewer times than this in train share the out-of-vocabulary bucket.
     min_category_frequency: int = 1
+    # None: a binary label (0/1 or booleans). Otherwise the label's K >= 3 values, in order
+    # (an ordinal rating's, lowest first): the label column holds one of them per row, and
+    # models predict K probabilities, column k for ``classes[k]``.
+    classes: tuple[Any, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.classes is not None:
+            # Plain Python values (numpy scalars' .item()): the config stays JSON as it is.
+            plain = tuple(
+                v.item() if callable(getattr(v, "item", None)) else v for v in self.classes
+            )
+            object.__setattr__(self, "classes", plain)
+            if len(self.classes) < 3:
+                raise ValueError(
+                    f"classes must list at least 3 label values (None for a binary label), "
+                    f"got {self.classes!r}"
+                )
+            if len(set(self.classes)) != len(self.classes):
+                raise ValueError(f"classes must be distinct, got {self.classes!r}")
+
+    @property
+    def n_outputs(self) -> int:
+        """How many outputs a model of this label has: 1 (P(true)) for binary, else K."""
+        return 1 if self.classes is None else len(self.classes)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from ml.labels import probabilities_from_output, score_of
+
 MISSING = "__missing__"
 PREDICTION = "prediction"
 PSI_EPS = 1e-4
@@ -122,7 +124,10 @@ def build_training_profile(
     sample_size: int = 5000,
     seed: int = 0,
 ) -> TrainingProfile:
-    """Profile ``frame``'s features (and optionally the model's predictions) for drift checks."""
+    """Profile ``frame``'s features (and optionally the model's predictions) for drift checks.
+
+    ``predictions`` are one score per row, or a multi-class model's (n, K) probabilities (or its
+    scored output frame), profiled as their score (``ml.labels.score_of``)."""
 
     def numeric_profile(name: str, values: ArrayLike) -> NumericProfile:
         v = _floats(values)
@@ -138,7 +143,7 @@ def build_training_profile(
     prediction = None
     if predictions is not None:
         # Scores may come from another sample of the population (e.g. later days' flights).
-        prediction = numeric_profile(PREDICTION, predictions)
+        prediction = numeric_profile(PREDICTION, _scores(predictions))
     return TrainingProfile(
         n_rows=len(frame),
         categorical={c: _category_shares(frame[c]).to_dict() for c in categorical},
@@ -153,6 +158,7 @@ def feature_drift(
     """PSI per feature (plus KS for numeric features and predictions) of ``frame`` vs profile.
 
     Categories training never saw share one "unseen" bin whose training share is 0.
+    ``predictions`` are scores or probabilities as ``build_training_profile`` takes them.
     """
     if absent := [c for c in (*profile.categorical, *profile.numeric) if c not in frame]:
         raise KeyError(f"frame lacks the profiled features {absent}")
@@ -163,7 +169,7 @@ def feature_drift(
         rows.append((name, "categorical", psi(expected, actual), np.nan, np.nan, missing))
     numeric = [(name, ref, "numeric", frame[name]) for name, ref in profile.numeric.items()]
     if predictions is not None and profile.prediction is not None:
-        numeric.append((PREDICTION, profile.prediction, PREDICTION, predictions))
+        numeric.append((PREDICTION, profile.prediction, PREDICTION, _scores(predictions)))
     for name, ref, kind, values in numeric:
         v = _floats(values)
         present = v[~np.isnan(v)]
@@ -202,6 +208,17 @@ def segment_shift(
     )
     out = out.sort_values(["psi_contribution", "value"], ascending=[False, True], kind="stable")
     return out.head(top).reset_index(drop=True)
+
+
+def _scores(predictions: ArrayLike | pd.DataFrame) -> ArrayLike:
+    """One score per row: scores as given; a multi-class model's probabilities (an (n, K)
+    matrix, or its output frame of class probability columns) as ``score_of``."""
+    if isinstance(predictions, pd.DataFrame):
+        return score_of(probabilities_from_output(predictions))
+    if isinstance(predictions, pd.Series):
+        return predictions
+    values = np.asarray(predictions)
+    return score_of(values) if values.ndim == 2 and values.shape[1] > 1 else predictions
 
 
 def _floats(values: ArrayLike) -> np.ndarray:

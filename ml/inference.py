@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ml.labels import score_of
 from ml.models import TabularClassifier
 from ml.preprocessing import Preprocessor
 
@@ -30,8 +31,15 @@ class Predictor:
         module.eval()
         return cls(Preprocessor.from_dict(module.preprocessor_state), module)
 
+    @property
+    def classes(self) -> tuple | None:
+        """The label's classes (None: binary), column k of a multi-class ``predict_proba``
+        being ``classes[k]``."""
+        return self.preprocessor.features.classes
+
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
-        """Return P(label = 1) for every row of ``frame`` as a float64 vector."""
+        """Return P(label = 1) for every row of ``frame`` as a float64 vector; for a label of
+        K classes, an (n, K) float64 matrix of class probabilities (rows sum to 1)."""
         categorical, numeric = self.preprocessor.transform(frame)
         device = self.module.device
         out = []
@@ -39,7 +47,15 @@ class Predictor:
             cat = torch.from_numpy(categorical[start : start + self.batch_size]).to(device)
             num = torch.from_numpy(numeric[start : start + self.batch_size]).to(device)
             out.append(self.module.predict_proba(cat, num).cpu().numpy())
-        return np.concatenate(out).astype(np.float64) if out else np.zeros(0)
+        if not out:
+            k = self.preprocessor.features.n_outputs
+            return np.zeros(0) if k == 1 else np.zeros((0, k))
+        return np.concatenate(out).astype(np.float64)
+
+    def predict_score(self, frame: pd.DataFrame) -> np.ndarray:
+        """One score per row (``ml.labels.score_of``): P(label = 1) for binary, the expected
+        class index over K - 1 for K classes."""
+        return score_of(self.predict_proba(frame))
 
 
 def load_predictor(path: str | Path, map_location: str = "cpu") -> Predictor:

@@ -1,9 +1,16 @@
-"""Vectorised binary-classification metrics shared by baselines and evaluation."""
+"""Vectorised classification metrics shared by baselines and evaluation: binary ones on P(true)
+per row, multi-class ones on (n, K) probabilities and class indices 0..K-1, under the same keys."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 from numpy.typing import ArrayLike
+
+from ml.labels import class_indices
+from ml.labels import score_of as score_of  # one place for the 1-d score: ml.labels
 
 PROB_EPS = 1e-7
 
@@ -102,3 +109,98 @@ def binary_metrics(
         "brier": brier(y_true, y_prob, weights=weights),
         "ece": expected_calibration_error(y_true, y_prob),
     }
+
+
+def multiclass_auroc(y_index: ArrayLike, probs: ArrayLike) -> float:
+    """Macro one-vs-rest AUROC: the mean over classes of the AUROC of column k for "class k
+    or not"; a class absent from ``y_index`` (or the only one present) has none and is skipped."""
+    y, p = _checked(y_index, probs)
+    scores = [auroc(y == k, p[:, k]) for k in range(p.shape[1]) if 0 < (y == k).sum() < y.size]
+    if not scores:
+        raise ValueError("multiclass_auroc needs at least two classes in y_index")
+    return float(np.mean(scores))
+
+
+def multiclass_logloss(
+    y_index: ArrayLike,
+    probs: ArrayLike,
+    eps: float = PROB_EPS,
+    *,
+    weights: ArrayLike | None = None,
+) -> float:
+    """Mean cross-entropy -log p(true class), its probability clipped to [eps, 1 - eps] as
+    ``logloss`` clips (weighted by the rows' `weights` when given). With K = 2 columns it is
+    the binary ``logloss`` of column 1."""
+    y, p = _checked(y_index, probs)
+    p_true = np.clip(p[np.arange(y.size), y], eps, 1 - eps)
+    return float(-np.average(np.log(p_true), weights=weights))
+
+
+def multiclass_brier(
+    y_index: ArrayLike, probs: ArrayLike, *, weights: ArrayLike | None = None
+) -> float:
+    """Mean over rows of the sum over classes of (p_k - 1[y = k])^2, in [0, 2] (weighted by the
+    rows' `weights` when given). Brier's original multi-class score: with K = 2 columns it is
+    twice the binary ``brier``."""
+    y, p = _checked(y_index, probs)
+    squared = (p - _one_hot(y, p.shape[1])) ** 2
+    return float(np.average(squared.sum(axis=1), weights=weights))
+
+
+def top_label_calibration_error(y_index: ArrayLike, probs: ArrayLike, n_bins: int = 10) -> float:
+    """Top-label ECE: ``expected_calibration_error`` of whether the most probable class is the
+    true one against that class's probability (the model's confidence)."""
+    y, p = _checked(y_index, probs)
+    top = p.argmax(axis=1)
+    return expected_calibration_error(top == y, p[np.arange(y.size), top], n_bins)
+
+
+def class_calibration(y_index: ArrayLike, probs: ArrayLike, n_bins: int = 10) -> dict[int, float]:
+    """One-vs-rest calibration error per class index: ``expected_calibration_error`` of
+    "class k" against column k."""
+    y, p = _checked(y_index, probs)
+    return {k: expected_calibration_error(y == k, p[:, k], n_bins) for k in range(p.shape[1])}
+
+
+def multiclass_metrics(
+    y_index: ArrayLike, probs: ArrayLike, *, weights: ArrayLike | None = None
+) -> dict[str, float]:
+    """``binary_metrics``' keys for (n, K) probabilities and class indices 0..K-1: macro
+    one-vs-rest ``auroc``, ``logloss`` (cross-entropy), ``brier`` (summed over classes, see
+    ``multiclass_brier``) and top-label ``ece``; with row `weights`, logloss and Brier score are
+    weighted means (AUROC and ECE are not weighted)."""
+    return {
+        "auroc": multiclass_auroc(y_index, probs),
+        "logloss": multiclass_logloss(y_index, probs, weights=weights),
+        "brier": multiclass_brier(y_index, probs, weights=weights),
+        "ece": top_label_calibration_error(y_index, probs),
+    }
+
+
+def metrics_of(
+    y: ArrayLike,
+    probs: ArrayLike,
+    classes: Sequence[Any] | None = None,
+    *,
+    weights: ArrayLike | None = None,
+) -> dict[str, float]:
+    """``binary_metrics`` of 0/1 labels and (n,) probabilities, or with ``classes``
+    ``multiclass_metrics`` of label values (mapped to their index in ``classes``) and (n, K)
+    probabilities."""
+    if classes is None:
+        return binary_metrics(y, probs, weights=weights)
+    return multiclass_metrics(class_indices(y, classes), probs, weights=weights)
+
+
+def _checked(y_index: ArrayLike, probs: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    y = np.asarray(y_index).ravel()
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 2 or p.shape[0] != y.size or y.size == 0:
+        raise ValueError(f"need (n, K) probabilities for n = {y.size} > 0 rows, got {p.shape}")
+    if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= p.shape[1]:
+        raise ValueError(f"class indices must be integers in 0..{p.shape[1] - 1}")
+    return y.astype(np.int64), p
+
+
+def _one_hot(y: np.ndarray, k: int) -> np.ndarray:
+    return (y[:, None] == np.arange(k)).astype(np.float64)

@@ -1,7 +1,12 @@
-"""TabularNet (a plain nn.Module) and the LightningModule that trains and evaluates it."""
+"""TabularNet (a plain nn.Module) and the LightningModule that trains and evaluates it.
+
+A binary label (``FeatureConfig.classes`` None) gets one logit per row, BCE and P(true); a label
+of K >= 3 classes gets K logits per row, cross-entropy and (rows, K) probabilities.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,101 +20,30 @@ from torchmetrics.classification import BinaryAUROC
 
 from ml.config import ModelConfig, config_from_dict, config_to_dict
 from ml.graphed import GraphedStep
+from ml.layers import CategoricalEmbeddings, Dropout, ResidualBlock
+from ml.validation_metrics import MacroAUROC
+
+__all__ = [
+    "CategoricalEmbeddings",
+    "Dropout",
+    "ResidualBlock",
+    "TabularClassifier",
+    "TabularEnsemble",
+    "TabularNet",
+    "build_net",
+]
 
 # The same clipping as ml.metrics.logloss, so network and baseline loglosses compare directly.
 PROB_EPS = 1e-7
 
 
-class Dropout(nn.Dropout):
-    """``nn.Dropout`` whose training mask on the CPU is drawn with ``torch.rand_like``.
-
-    torch's CPU ``bernoulli_``, behind ``nn.Dropout``, was a large share of a CPU training step
-    of this network, and a uniform draw and a comparison cost a fraction of it. The same
-    distribution (each element kept with probability 1 - p and scaled by 1 / (1 - p)), the same
-    seeded generator, another sequence of masks. Other devices, other dtypes than float32 and
-    float64 (a bf16 uniform draw rounds to 1.0 too often), evaluation and p = 0 or 1 are
-    ``nn.Dropout``'s own.
-    """
-
-    def forward(self, input: Tensor) -> Tensor:
-        """Drop and rescale ``input``'s elements in training (see the class)."""
-        if (
-            not self.training
-            or input.device.type != "cpu"
-            or input.dtype not in (torch.float32, torch.float64)
-            or not 0 < self.p < 1
-        ):
-            return super().forward(input)
-        keep = torch.rand_like(input).ge_(self.p).mul_(1.0 / (1.0 - self.p))
-        return input.mul_(keep) if self.inplace else input * keep
-
-
-class ResidualBlock(nn.Module):
-    """Pre-norm residual block: x + Dropout(Linear(GELU(Linear(LayerNorm(x)))))."""
-
-    def __init__(self, width: int, dropout: float):
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.LayerNorm(width),
-            nn.Linear(width, width),
-            nn.GELU(),
-            Dropout(dropout),
-            nn.Linear(width, width),
-        )
-
-    def forward(self, x: Tensor) -> Tensor:
-        """Add the block's residual to its input."""
-        return x + self.body(x)
-
-
-class CategoricalEmbeddings(nn.Module):
-    """Every categorical column's embedding in one table: one lookup and one backward a step.
-
-    Column j owns rows ``offsets[j]`` .. ``offsets[j] + cardinality_j`` and the first ``dims[j]``
-    columns of the table; the output is each column's embedding, in column order, exactly as one
-    ``nn.Embedding(cardinality_j, dims[j])`` per column concatenated (and initialised with the
-    same random draws). Seven small tables would cost seven lookups and seven sorting backwards,
-    a large share of a graphed step's GPU time.
-    """
-
-    def __init__(self, cardinalities: list[int], dims: list[int]):
-        super().__init__()
-        self.cardinalities, self.dims = list(cardinalities), list(dims)
-        width = max(dims, default=0)
-        starts = [sum(cardinalities[:j]) for j in range(len(cardinalities))]
-        self.weight = nn.Parameter(torch.zeros(sum(cardinalities), width))
-        with torch.no_grad():
-            for start, card, dim in zip(starts, cardinalities, dims, strict=True):
-                # The draws, order and shapes of nn.Embedding's own initialisation.
-                self.weight[start : start + card, :dim] = torch.empty(card, dim).normal_()
-        used = [j * width + d for j, dim in enumerate(dims) for d in range(dim)]
-        self.register_buffer("offsets", torch.tensor(starts, dtype=torch.long), persistent=False)
-        self.register_buffer("used", torch.tensor(used, dtype=torch.long), persistent=False)
-
-    @property
-    def out_features(self) -> int:
-        """Width of the concatenated embeddings."""
-        return sum(self.dims)
-
-    def forward(self, categorical: Tensor) -> Tensor:
-        """(rows, columns) category codes to (rows, sum of dims) embeddings."""
-        rows = F.embedding(categorical + self.offsets, self.weight)
-        return rows.flatten(1).index_select(1, self.used)
-
-    def table_from_columns(self, columns: list[Tensor]) -> Tensor:
-        """The table holding per-column embedding weights (the former layout's parameters)."""
-        table = torch.zeros_like(self.weight)
-        start = 0
-        for weight in columns:
-            table[start : start + weight.shape[0], : weight.shape[1]] = weight
-            start += weight.shape[0]
-        return table
-
-
 class TabularNet(nn.Module):
-    """Categorical embeddings and numeric inputs feeding an MLP or residual MLP."""
+    """Categorical embeddings and numeric inputs feeding an MLP or residual MLP, and a head of
+    ``n_outputs`` logits (1: binary)."""
 
-    def __init__(self, cardinalities: list[int], n_numeric: int, config: ModelConfig):
+    def __init__(
+        self, cardinalities: list[int], n_numeric: int, config: ModelConfig, n_outputs: int = 1
+    ):
         super().__init__()
         dims = [config.embedding_dim(card) for card in cardinalities]
         self.embedding = CategoricalEmbeddings(list(cardinalities), dims)
@@ -129,10 +63,10 @@ class TabularNet(nn.Module):
             n_out = config.width
         else:
             raise ValueError(f"unknown arch {config.arch!r}")
-        self.head = nn.Linear(n_out, 1)
+        self.head = nn.Linear(n_out, n_outputs)
 
     def forward(self, categorical: Tensor, numeric: Tensor) -> Tensor:
-        """Return one logit per row."""
+        """Return one logit per row, or (rows, n_outputs) logits with several outputs."""
         x = torch.cat([self.embedding(categorical), numeric], dim=1)
         return self.head(self.body(x)).squeeze(-1)
 
@@ -160,15 +94,18 @@ class TabularEnsemble(nn.Module):
     gradient clipping, though, bounds the members' joint norm.
     """
 
-    def __init__(self, cardinalities: list[int], n_numeric: int, config: ModelConfig):
+    def __init__(
+        self, cardinalities: list[int], n_numeric: int, config: ModelConfig, n_outputs: int = 1
+    ):
         super().__init__()
         self.members = nn.ModuleList(
-            TabularNet(cardinalities, n_numeric, config) for _ in range(config.members)
+            TabularNet(cardinalities, n_numeric, config, n_outputs) for _ in range(config.members)
         )
 
     def member_logits(self, categorical: Tensor, numeric: Tensor) -> Tensor:
-        """(rows, members) logits: every member on every row; or, for inputs stacked one batch
-        per member ((members, rows, ...)), each member on its own rows."""
+        """(rows, members) logits ((rows, members, K) with K outputs): every member on every
+        row; or, for inputs stacked one batch per member ((members, rows, ...)), each member on
+        its own rows."""
         if categorical.dim() == 3:
             if categorical.shape[0] != len(self.members):
                 raise ValueError(
@@ -180,24 +117,35 @@ class TabularEnsemble(nn.Module):
         return torch.stack([m(categorical, numeric) for m in self.members], dim=1)
 
     def forward(self, categorical: Tensor, numeric: Tensor) -> Tensor:
-        """One logit per row: that of the members' mean probability."""
+        """One logit per row: that of the members' mean probability; with K outputs, (rows, K)
+        logits whose softmax is the members' mean probabilities."""
         logits = self.member_logits(categorical, numeric).float()
+        if logits.dim() == 3:
+            # log(mean softmax), the log of the mean over members of each class's probability.
+            return torch.logsumexp(F.log_softmax(logits, -1), 1) - math.log(logits.shape[1])
         # log(mean p) - log(mean (1 - p)), without leaving log space.
         return torch.logsumexp(F.logsigmoid(logits), 1) - torch.logsumexp(F.logsigmoid(-logits), 1)
 
 
-def build_net(cardinalities: list[int], n_numeric: int, config: ModelConfig) -> nn.Module:
-    """A TabularNet, or a TabularEnsemble of ``config.members`` of them."""
+def build_net(
+    cardinalities: list[int], n_numeric: int, config: ModelConfig, n_outputs: int = 1
+) -> nn.Module:
+    """A TabularNet, or a TabularEnsemble of ``config.members`` of them, of ``n_outputs``
+    logits (1: binary; K >= 3: one per class)."""
     if config.members < 1:
         raise ValueError(f"members must be at least 1, not {config.members}")
+    if n_outputs != 1 and n_outputs < 3:
+        raise ValueError(f"n_outputs must be 1 (binary) or at least 3 classes, not {n_outputs}")
     if config.members == 1:
-        return TabularNet(cardinalities, n_numeric, config)
-    return TabularEnsemble(cardinalities, n_numeric, config)
+        return TabularNet(cardinalities, n_numeric, config, n_outputs)
+    return TabularEnsemble(cardinalities, n_numeric, config, n_outputs)
 
 
 class TabularClassifier(L.LightningModule):
-    """Trains a TabularNet (or a TabularEnsemble of them) with BCE-with-logits and logs
-    train/loss, val/loss, val/auroc, val/logloss.
+    """Trains a TabularNet (or a TabularEnsemble of them) with BCE-with-logits (with
+    ``n_outputs`` K >= 3: cross-entropy over K classes, labels being class indices) and logs
+    train/loss, val/loss, val/auroc, val/logloss (multi-class: macro one-vs-rest AUROC and
+    cross-entropy, as ``ml.metrics.multiclass_metrics``).
 
     The fitted preprocessor state travels in every checkpoint, so a checkpoint alone rebuilds a
     predictor (see ``ml.inference.load_predictor``).
@@ -211,6 +159,7 @@ class TabularClassifier(L.LightningModule):
         lr: float = 1e-3,
         weight_decay: float = 1e-4,
         preprocessor: dict[str, Any] | None = None,
+        n_outputs: int = 1,
     ):
         super().__init__()
         model_config = model if isinstance(model, ModelConfig) else None
@@ -221,17 +170,18 @@ class TabularClassifier(L.LightningModule):
         model_state = config_to_dict(model_config)
         if model_config.members == 1:
             model_state.pop("members")
-        self.save_hyperparameters(
-            {
-                "cardinalities": list(cardinalities),
-                "n_numeric": n_numeric,
-                "model": model_state,
-                "lr": lr,
-                "weight_decay": weight_decay,
-            }
-        )
+        hparams = {
+            "cardinalities": list(cardinalities),
+            "n_numeric": n_numeric,
+            "model": model_state,
+            "lr": lr,
+            "weight_decay": weight_decay,
+        }
+        # A binary model's hyperparameters stay as they were before multi-class models.
+        self.save_hyperparameters(hparams | ({"n_outputs": n_outputs} if n_outputs != 1 else {}))
+        self.n_outputs = n_outputs
         self.preprocessor_state = preprocessor
-        self.net = build_net(list(cardinalities), n_numeric, model_config)
+        self.net = build_net(list(cardinalities), n_numeric, model_config, n_outputs)
         # The epoch's summed loss stays on the device: a step adds to it without a host sync
         # or a host-to-device copy (a MeanMetric would do both, for its NaN check and weight).
         self._train_loss_sum: Tensor | None = None
@@ -240,7 +190,7 @@ class TabularClassifier(L.LightningModule):
         self._clip: float | None = None
         self.val_loss = MeanMetric()
         self.val_logloss = MeanMetric()
-        self.val_auroc = BinaryAUROC()
+        self.val_auroc = BinaryAUROC() if n_outputs == 1 else MacroAUROC(n_outputs)
 
     def forward(self, categorical: Tensor, numeric: Tensor) -> Tensor:
         """Return logits for a batch."""
@@ -273,8 +223,8 @@ class TabularClassifier(L.LightningModule):
         if isinstance(self.net, TabularEnsemble):
             logits = self.net.member_logits(categorical, numeric).float()
             # (rows, members) targets and weights, whether the members share the rows or not.
-            targets = y.T if y.dim() == 2 else y.unsqueeze(1).expand_as(logits)
-            losses = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
+            targets = y.T if y.dim() == 2 else y.unsqueeze(1).expand(logits.shape[:2])
+            losses = self._row_losses(logits, targets)
             if len(batch) > 3:
                 weight = batch[3]
                 losses = losses * (weight.T if weight.dim() == 2 else weight.unsqueeze(1))
@@ -283,11 +233,20 @@ class TabularClassifier(L.LightningModule):
             raise ValueError("batches stacked one per member, but the model is one network")
         logits = self(categorical, numeric).float()
         if len(batch) == 3:
+            if self.n_outputs > 1:
+                return F.cross_entropy(logits, y)
             return F.binary_cross_entropy_with_logits(logits, y)
         # Weighted rows: the training split's weights have mean 1 (ml.data), so the batch mean
         # of weight x loss estimates the weighted loss without a per-batch normalisation.
-        losses = F.binary_cross_entropy_with_logits(logits, y, reduction="none")
+        losses = self._row_losses(logits, y)
         return (losses * batch[3]).mean()
+
+    def _row_losses(self, logits: Tensor, targets: Tensor) -> Tensor:
+        """Unreduced losses: BCE of each logit against its 0/1 target, or the cross-entropy of
+        the K logits in the last dimension against each class index."""
+        if self.n_outputs == 1:
+            return F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
+        return F.cross_entropy(logits.movedim(-1, 1), targets, reduction="none")
 
     def on_fit_start(self) -> None:
         """Build the manual step (its graphs are captured in the first steps)."""
@@ -338,19 +297,27 @@ class TabularClassifier(L.LightningModule):
         categorical, numeric, y = batch[:3]
         weight = batch[3] if len(batch) > 3 else 1.0
         logits = self(categorical, numeric).float()
-        probs = torch.sigmoid(logits).clamp(PROB_EPS, 1 - PROB_EPS)
-        losses = F.binary_cross_entropy_with_logits(logits, y, reduction="none")
-        self.val_loss.update(losses, weight)
-        self.val_logloss.update(-(y * probs.log() + (1 - y) * (1 - probs).log()), weight)
-        self.val_auroc.update(probs, y.long())
+        if self.n_outputs > 1:
+            log_probs = F.log_softmax(logits, -1)
+            p_true = log_probs.gather(1, y.unsqueeze(1)).squeeze(1).exp()
+            self.val_loss.update(F.nll_loss(log_probs, y, reduction="none"), weight)
+            self.val_logloss.update(-p_true.clamp(PROB_EPS, 1 - PROB_EPS).log(), weight)
+            self.val_auroc.update(log_probs.exp(), y)
+        else:
+            probs = torch.sigmoid(logits).clamp(PROB_EPS, 1 - PROB_EPS)
+            losses = F.binary_cross_entropy_with_logits(logits, y, reduction="none")
+            self.val_loss.update(losses, weight)
+            self.val_logloss.update(-(y * probs.log() + (1 - y) * (1 - probs).log()), weight)
+            self.val_auroc.update(probs, y.long())
         self.log("val/loss", self.val_loss, on_step=False, on_epoch=True)
         self.log("val/logloss", self.val_logloss, on_step=False, on_epoch=True, prog_bar=True)
         self.log("val/auroc", self.val_auroc, on_step=False, on_epoch=True, prog_bar=True)
 
     @torch.no_grad()
     def predict_proba(self, categorical: Tensor, numeric: Tensor) -> Tensor:
-        """Return P(label = 1) per row."""
-        return torch.sigmoid(self(categorical, numeric).float())
+        """Return P(label = 1) per row; with K outputs, (rows, K) class probabilities."""
+        logits = self(categorical, numeric).float()
+        return torch.softmax(logits, -1) if self.n_outputs > 1 else torch.sigmoid(logits)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """AdamW with the configured learning rate and weight decay, fused (one kernel a step on

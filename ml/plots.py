@@ -2,6 +2,10 @@
 
 Matplotlib is imported inside each function and drives the Agg canvas directly (no pyplot), so
 importing this module stays cheap and never changes a process-wide backend.
+
+Predictions are P(label = 1) per row with 0/1 labels, or a multi-class model's (n, K)
+probabilities with class indices 0..K-1 as labels: its ROC curve is one-vs-rest, micro-averaged
+over the classes, and its calibration the top label's (confidence against accuracy).
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from ml.metrics import auroc
+from ml.labels import class_indices
+from ml.metrics import auroc, multiclass_auroc
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -22,14 +27,25 @@ if TYPE_CHECKING:
 
 
 def roc_figure(y_true: ArrayLike, predictions: dict[str, np.ndarray]) -> bytes:
-    """ROC curve of every model, AUROC in the legend, as PNG bytes."""
+    """ROC curve of every model, AUROC in the legend, as PNG bytes; for (n, K) probabilities
+    the one-vs-rest curve micro-averaged over classes, with the macro AUROC in the legend."""
     y = np.asarray(y_true, dtype=np.float64).ravel()
     fig, ax = _figure()
+    title = "ROC"
     for name, p in predictions.items():
-        fpr, tpr = _roc_curve(y, np.asarray(p, dtype=np.float64).ravel())
+        p = np.asarray(p, dtype=np.float64)
+        if p.ndim == 2 and p.shape[1] > 1:
+            classes = y.astype(np.int64)
+            hits = (classes[:, None] == np.arange(p.shape[1])).astype(np.float64)
+            fpr, tpr = _roc_curve(hits.ravel(), p.ravel())
+            macro = multiclass_auroc(classes, p)
+            ax.plot(fpr, tpr, label=f"{name} (macro AUROC {macro:.3f})")
+            title = "ROC (one-vs-rest, micro-averaged over classes)"
+            continue
+        fpr, tpr = _roc_curve(y, p.ravel())
         ax.plot(fpr, tpr, label=f"{name} (AUROC {auroc(y, p):.3f})")
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
-    ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC")
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", title=title)
     ax.legend(loc="lower right")
     return _png(fig)
 
@@ -37,11 +53,17 @@ def roc_figure(y_true: ArrayLike, predictions: dict[str, np.ndarray]) -> bytes:
 def calibration_figure(
     y_true: ArrayLike, predictions: dict[str, np.ndarray], n_bins: int = 10
 ) -> bytes:
-    """Reliability diagram: observed rate against mean probability per equal-width bin."""
-    y = np.asarray(y_true, dtype=np.float64).ravel()
+    """Reliability diagram: observed rate against mean probability per equal-width bin; for
+    (n, K) probabilities the top label's: how often the most probable class is the true one
+    against its probability."""
+    y_all = np.asarray(y_true, dtype=np.float64).ravel()
     fig, ax = _figure()
     for name, p in predictions.items():
-        p = np.asarray(p, dtype=np.float64).ravel()
+        p, y = np.asarray(p, dtype=np.float64), y_all
+        if p.ndim == 2 and p.shape[1] > 1:
+            top = p.argmax(axis=1)
+            p, y = p.max(axis=1), (top == y_all.astype(np.int64)).astype(np.float64)
+        p = p.ravel()
         bins = np.clip((p * n_bins).astype(np.int64), 0, n_bins - 1)
         counts = np.bincount(bins, minlength=n_bins)
         used = counts > 0
@@ -82,9 +104,15 @@ def slice_figure(slices_frame: pd.DataFrame, metric: str = "auroc") -> bytes:
 
 
 def evaluation_plots(
-    labels: np.ndarray, predictions: dict[str, np.ndarray], evaluation: Evaluation
+    labels: np.ndarray,
+    predictions: dict[str, np.ndarray],
+    evaluation: Evaluation,
+    classes: tuple | None = None,
 ) -> dict[str, bytes]:
-    """An evaluation's ROC, calibration and slice plots as PNG bytes, by file name."""
+    """An evaluation's ROC, calibration and slice plots as PNG bytes, by file name; with
+    ``classes`` the labels are label values, mapped to class indices for (n, K) predictions."""
+    if classes is not None:
+        labels = class_indices(labels, classes)
     return {
         "roc.png": roc_figure(labels, predictions),
         "calibration.png": calibration_figure(labels, predictions),

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ml.config import FeatureConfig, config_from_dict, config_to_dict
+from ml.labels import class_indices
 
 OOV_INDEX = 0
 
@@ -70,8 +71,12 @@ class Preprocessor:
         return categorical, numeric
 
     def labels(self, frame: pd.DataFrame) -> np.ndarray:
-        """Return the binary label as a float32 vector (missing labels are an error)."""
+        """Return the binary label as a float32 vector, or with ``features.classes`` each
+        row's class index as an int64 vector (missing labels, and values that are no class,
+        are an error)."""
         label = frame[self.features.label]
+        if self.features.classes is not None:
+            return class_indices(label, self.features.classes, self.features.label)
         if label.isna().any():
             raise ValueError(f"label column {self.features.label!r} has missing values")
         return label.to_numpy(dtype=np.float32)

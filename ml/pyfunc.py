@@ -1,5 +1,11 @@
 """An MLflow pyfunc flavour for training checkpoints: preprocessing and network in one model.
 
+A binary model's ``predict`` returns P(label = 1) per row (a float64 vector). A model of K
+classes returns a frame (``ml.labels.output_frame``): ``score``, the expected class index over
+K - 1 (what drift monitoring and the predictions table take), then ``p_0`` .. ``p_<K-1>``, the
+probability of each class in ``FeatureConfig.classes`` order
+(``ml.labels.probabilities_from_output`` turns it back into an (n, K) matrix).
+
 Imported explicitly (it pulls in MLflow); ``import ml`` stays free of tracking libraries.
 """
 
@@ -18,6 +24,7 @@ from mlflow.types import ColSpec, Schema
 
 from ml.config import FeatureConfig
 from ml.inference import Predictor, load_predictor
+from ml.labels import output_frame
 
 CHECKPOINT_ARTIFACT = "checkpoint"
 # The packages ml.inference imports; pinned to this environment so the model loads identically.
@@ -39,11 +46,12 @@ class CheckpointModel(PythonModel):
 
     def predict(
         self, context: PythonModelContext, model_input: pd.DataFrame, params: dict | None = None
-    ) -> np.ndarray:
-        """Return P(label = 1) for every row of ``model_input``."""
+    ) -> np.ndarray | pd.DataFrame:
+        """Return P(label = 1) for every row of ``model_input`` (for K classes, the frame of
+        score and class probabilities that the module describes)."""
         if self._predictor is None:
             self.load_context(context)
-        return self._predictor.predict_proba(model_input)
+        return output_frame(self._predictor.predict_proba(model_input))
 
 
 def model_input(frame: pd.DataFrame, features: FeatureConfig | None = None) -> pd.DataFrame:
@@ -56,7 +64,7 @@ def model_input(frame: pd.DataFrame, features: FeatureConfig | None = None) -> p
 
 def model_signature(checkpoint_path: str | Path, example: pd.DataFrame) -> ModelSignature:
     """Infer the signature from ``example`` (model input columns) and its predictions."""
-    predictions = load_predictor(checkpoint_path).predict_proba(example)
+    predictions = output_frame(load_predictor(checkpoint_path).predict_proba(example))
     inferred = infer_signature(example, predictions)
     # Every feature column must be present, even one the example happens to have nulls in:
     # missing values are the preprocessor's business, missing columns are an error.

@@ -62,3 +62,30 @@ def make_flights(n: int, seed: int, unseen: bool = False) -> pd.DataFrame:
         }
     )
     return frame.assign(**num)
+
+
+# The label values of ``make_rated_flights`` unless told otherwise: a 1-5 star rating.
+RATINGS = (1.0, 2.0, 3.0, 4.0, 5.0)
+
+
+def make_rated_flights(
+    n: int, seed: int, classes: tuple = RATINGS, unseen: bool = False
+) -> pd.DataFrame:
+    """``make_flights`` with an ordinal ``rating`` column holding one of ``classes`` (lowest
+    first): a latent score of hour, carrier, precipitation and wind plus logistic noise, cut at
+    fixed, evenly spaced points into ``len(classes)`` ordered classes."""
+    if len(classes) < 2:
+        raise ValueError(f"classes must hold at least two values, got {classes!r}")
+    frame = make_flights(n, seed, unseen)
+    # Its own generator: the flights are make_flights' own, draw for draw.
+    rng = np.random.default_rng([seed, len(classes)])
+    effect = dict(zip(CARRIERS, CARRIER_EFFECT, strict=True))
+    latent = (
+        0.15 * (frame["scheduled_hour"].to_numpy() - 14)
+        + frame["carrier"].map(effect).fillna(0.0).to_numpy(dtype=np.float64)
+        + 6.0 * frame["precip"].to_numpy()
+        + 0.8 * frame["wind_speed"].to_numpy()
+        + rng.logistic(size=n)
+    )
+    cuts = np.linspace(-2.5, 2.5, len(classes) - 1) + 0.3
+    return frame.assign(rating=np.asarray(classes)[np.searchsorted(cuts, latent)])

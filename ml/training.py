@@ -110,7 +110,8 @@ def device_name(device: torch.device) -> str:
 def build_module(
     datamodule: TabularDataModule, model_config: ModelConfig, train_config: TrainConfig
 ) -> TabularClassifier:
-    """Create a classifier sized for the datamodule's fitted preprocessor."""
+    """Create a classifier sized for the datamodule's fitted preprocessor (and its label's
+    classes: one output for binary, K for K classes)."""
     module = TabularClassifier(
         datamodule.cardinalities,
         datamodule.n_numeric_inputs,
@@ -118,6 +119,7 @@ def build_module(
         lr=train_config.lr,
         weight_decay=train_config.weight_decay,
         preprocessor=datamodule.preprocessor.to_dict(),
+        n_outputs=datamodule.preprocessor.features.n_outputs,
     )
     reason = plain_step_reason(train_config)
     if reason is None:

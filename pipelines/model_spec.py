@@ -64,6 +64,11 @@ class ModelSpec:
     def label(self) -> str:
         return self.features.label
 
+    @property
+    def class_columns(self) -> list[str]:
+        """The predictions table's probability column of each class (`p_<k>`); none if binary."""
+        return [f"p_{k}" for k in range(len(self.features.classes or ()))]
+
     def slice_keys(self) -> dict[str, SliceKey]:
         """Every slice as `ml.evaluation` takes it."""
         return {name: spec.key() for name, spec in self.slices.items()}
@@ -82,6 +87,14 @@ def _slice(name: str, raw: object, where: str) -> SliceSpec:
             )
         edges.append((str(band), float(bounds[0]), float(bounds[1])))
     return SliceSpec(column=raw["column"], bands=tuple(edges))
+
+
+def _classes(choices: dict) -> tuple | None:
+    """The label's classes, in the order of its choices; None for a binary (true/false) label."""
+    values = list(choices.values())
+    if all(isinstance(v, bool) for v in values):
+        return None
+    return tuple(values)
 
 
 def parse_model_spec(task: TaskSpec) -> ModelSpec:
@@ -117,6 +130,7 @@ def parse_model_spec(task: TaskSpec) -> ModelSpec:
         id_columns=(labels["example_id"], section["time_column"]),
         min_category_frequency=int(section.get("min_category_frequency", 1)),
         weight=WEIGHT_COLUMN if exponent > 0 else None,
+        classes=_classes(labels.get("choices") or {}),
     )
     return ModelSpec(
         features_table=section["features_table"],

@@ -14,7 +14,8 @@ import pandas as pd
 
 from ml.config import FeatureConfig
 from ml.drift import TrainingProfile, feature_drift, segment_shift
-from ml.metrics import auroc, logloss
+from ml.labels import class_indices
+from ml.metrics import auroc, logloss, multiclass_metrics
 from pipelines.thresholds import MonitoringSpec
 
 
@@ -63,17 +64,20 @@ def flagged_segments(
 
 
 def realized_performance(
-    labelled: pd.DataFrame, expected: Mapping[str, float], monitoring: MonitoringSpec
+    labelled: pd.DataFrame,
+    expected: Mapping[str, float],
+    monitoring: MonitoringSpec,
+    classes: tuple | None = None,
 ) -> dict[str, object]:
     """Realized AUC and log loss of scored, labelled examples (columns `label` and
-    `probability`) beside the figures the champion
-    showed at evaluation (`expected["auroc"]`, `expected["logloss"]`).
+    `probability`, and `p_<k>` per class of a label with `classes`) beside the figures the
+    champion showed at evaluation (`expected["auroc"]`, `expected["logloss"]`): for several
+    classes, the macro one-vs-rest AUC and the multi-class log loss.
 
-    `is_decayed` is set only with at least `min_labels` labels of both classes: fewer are too
-    noisy to act on, and the row says so in `status`.
+    `is_decayed` is set only with at least `min_labels` labels of two classes or more: fewer are
+    too noisy to act on, and the row says so in `status`.
     """
     y = labelled["label"].to_numpy(dtype=np.float64)
-    p = labelled["probability"].to_numpy(dtype=np.float64)
     val_auroc = float(expected.get("auroc", math.nan))
     val_logloss = float(expected.get("logloss", math.nan))
     row: dict[str, object] = {
@@ -88,7 +92,13 @@ def realized_performance(
     if len(y) < monitoring.min_labels or y.min(initial=1) == y.max(initial=0):
         row["status"] = f"too few labels ({len(y)} < {monitoring.min_labels} or one class only)"
         return row
-    row["auroc"], row["logloss"] = auroc(y, p), logloss(y, p)
+    if classes is None:
+        p = labelled["probability"].to_numpy(dtype=np.float64)
+        row["auroc"], row["logloss"] = auroc(y, p), logloss(y, p)
+    else:
+        probs = labelled[[f"p_{k}" for k in range(len(classes))]].to_numpy(dtype=np.float64)
+        figures = multiclass_metrics(class_indices(labelled["label"], classes, "label"), probs)
+        row["auroc"], row["logloss"] = figures["auroc"], figures["logloss"]
     auroc_drop = val_auroc - row["auroc"]
     logloss_rise = row["logloss"] - val_logloss
     row["is_decayed"] = bool(

@@ -105,6 +105,30 @@ def test_realized_performance_needs_enough_labels_and_flags_decay() -> None:
     assert noise["auroc"] < 0.7 and noise["is_decayed"] is True
 
 
+def test_realized_performance_of_several_classes_reads_each_class_probability() -> None:
+    rng = np.random.default_rng(0)
+    classes = (1.0, 2.0, 3.0)
+    y = rng.integers(0, 3, 600)
+    sharp = np.full((600, 3), 0.1)
+    sharp[np.arange(600), y] = 0.8
+    labelled = pd.DataFrame({"label": np.asarray(classes)[y], "probability": 0.5})
+    expected = {"auroc": 0.95, "logloss": 0.7}
+    columns = [f"p_{k}" for k in range(3)]
+    fine = realized_performance(
+        labelled.assign(**dict(zip(columns, sharp.T, strict=True))), expected, POLICY, classes
+    )
+    assert fine["auroc"] == pytest.approx(1.0) and fine["is_decayed"] is False
+    assert fine["logloss"] == pytest.approx(-np.log(0.8))
+    flat = realized_performance(
+        labelled.assign(**dict.fromkeys(columns, 1 / 3)), expected, POLICY, classes
+    )
+    assert flat["auroc"] == pytest.approx(0.5) and flat["is_decayed"] is True
+    with pytest.raises(ValueError, match=r"holds 4\.0"):
+        realized_performance(
+            labelled.assign(label=4.0, **dict.fromkeys(columns, 1 / 3)), expected, POLICY, classes
+        )
+
+
 @pytest.mark.parametrize(
     ("day", "last", "expected"),
     [

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import date
 
 import dagster as dg
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -96,3 +97,69 @@ def test_monthly_events_become_features_from_ratings_known_before_their_month(
                 expected["mean"][row.user_id]
             )
     assert got.user_labelled_count.gt(0).any()
+
+
+def test_a_ten_class_model_is_trained_evaluated_registered_and_scores_each_class(
+    flywheel, movielens_defs, dvc_repo
+) -> None:
+    """The retraining job on the ratings of three months (uniformly labelled), then the next
+    month's scoring with the model it registered: one probability per star choice."""
+    from pipelines.lib.registry import champion, registered_name, versions
+    from pipelines.settings import retraining_run_config
+
+    months = [date(2000, 8, 1), date(2000, 9, 1), date(2000, 10, 1), date(2000, 11, 1)]
+    land_days(flywheel.zone, months, TASK)
+    play_landings(flywheel, movielens_defs)
+    source = movielens.load()
+    labelled = pd.concat([source.months[m.isoformat()] for m in months[:3]], ignore_index=True)
+    known_at = pd.to_datetime(labelled.rated_at).dt.tz_localize(None) + pd.Timedelta(days=1)
+    labels = pd.DataFrame(
+        {
+            "rating_id": labelled.rating_id,
+            "rating": movielens.true_ratings(labelled.rating_id),
+            "known_at": known_at,
+        }
+    )
+    tasks = pd.DataFrame(
+        {"task_id": "T-" + labelled.rating_id, "rating_id": labelled.rating_id, "reason": "random"}
+    )
+    warehouse = movielens_defs.resources["warehouse"]
+    with warehouse.connect() as con:
+        con.insert_rows(f"raw.{TASK.labels_table}", labels)
+        con.insert_rows(f"raw.{TASK.label_tasks_table}", tasks)
+    movielens_defs.resolve_job_def("dimension_warehouse_job").execute_in_process(
+        instance=flywheel.instance
+    )
+    settings = {
+        "FLYWHEEL_TRIALS": 1,
+        "FLYWHEEL_MAX_EPOCHS": 3,
+        "FLYWHEEL_MEMBERS": 1,
+        "FLYWHEEL_VALIDATION_DAYS": 1,
+        "FLYWHEEL_TEST_DAYS": 1,
+        "FLYWHEEL_TUNING_WORKERS": 1,
+    }
+    retrained = movielens_defs.resolve_job_def("retraining_job").execute_in_process(
+        instance=flywheel.instance, run_config=retraining_run_config(settings)
+    )
+    assert retrained.success
+    # The multi-class figures: macro one-vs-rest AUC and the ten-class log loss.
+    tracker = movielens_defs.resources["tracker"]
+    name = registered_name(TASK.name)
+    (version,) = versions(tracker, name)
+    run = tracker.client().get_run(version.run_id).data.metrics
+    assert 0.5 < run["test/auroc"] <= 1.0
+    assert 0 < run["test/logloss"] < 2 * np.log(10)
+    if champion(tracker, name) is None:  # the gate may refuse a model of three months
+        tracker.client().set_registered_model_alias(name, "champion", str(version.version))
+    movielens_defs.resolve_job_def("daily_warehouse_job").execute_in_process(
+        instance=flywheel.instance,
+        partition_key="2000-11-01",
+        asset_selection=[dg.AssetKey("rating_predictions")],
+    )
+    with warehouse.connect() as con:
+        scored = con.df("select * from rating_predictions")
+    columns = [f"p_{k}" for k in range(10)]
+    assert len(scored) == len(source.months["2000-11-01"])
+    assert np.allclose(scored[columns].sum(axis=1), 1.0)
+    expected = scored[columns].to_numpy() @ np.arange(10) / 9
+    assert np.allclose(scored.probability, expected)

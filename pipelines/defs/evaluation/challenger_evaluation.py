@@ -48,10 +48,11 @@ class ChallengerEvaluation:
 def _scores(
     tracker: MlflowTracker, spec: ModelSpec, version: ModelVersion, frame: pd.DataFrame
 ) -> np.ndarray:
+    from ml.labels import probabilities_from_output
     from ml.pyfunc import model_input
 
-    scores = load_model(tracker, version).predict(model_input(frame, spec.features))
-    return np.asarray(scores, dtype=np.float64)
+    output = load_model(tracker, version).predict(model_input(frame, spec.features))
+    return probabilities_from_output(output)
 
 
 def training_profile(
@@ -130,6 +131,7 @@ def evaluate_challenger(
         n_boot=promotion.n_boot,
         seed=seed,
         confidence=promotion.confidence,
+        classes=spec.features.classes,
     )
     labels = test[label].to_numpy(dtype=np.float64)
     return ChallengerEvaluation(
@@ -139,7 +141,7 @@ def evaluate_challenger(
         window=tuple(_span(test, spec)),
         profile=training_profile(tracker, warehouse, spec, frames, challenger),
         sample=sample,
-        plots=evaluation_plots(labels, predictions, evaluation),
+        plots=evaluation_plots(labels, predictions, evaluation, classes=spec.features.classes),
     )
 
 

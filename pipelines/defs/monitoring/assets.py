@@ -129,11 +129,13 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
             return _no_champion(context, name)
         first, last = window(context.partition_key, monitoring.performance_window_days)
         with warehouse.connect() as con:
-            labelled = pd.DataFrame(columns=["label", "probability"])
+            per_class = "".join(f", p.{c}" for c in spec.class_columns)
+            labelled = pd.DataFrame(columns=["label", "probability", *spec.class_columns])
             if con.has_relation(predictions):
                 # Uniformly sampled labels only, as at evaluation: targeted ones favour hard cases.
                 labelled = con.execute(
-                    f"select l.{spec.label} as label, p.probability from {predictions} p "
+                    f"select l.{spec.label} as label, p.probability{per_class} "
+                    f"from {predictions} p "
                     f"join {spec.labels_view} l using ({spec.example_id}) "
                     f"join {tasks_table} t using ({spec.example_id}) "
                     f"where p.{day_column} between ? and ? and p.model_version = ? "
@@ -143,7 +145,7 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
                 ).df()
         metrics = tracker.client().get_run(current.run_id).data.metrics
         expected = {m: metrics.get(f"test/{m}", float("nan")) for m in ("auroc", "logloss")}
-        row = realized_performance(labelled, expected, monitoring)
+        row = realized_performance(labelled, expected, monitoring, spec.features.classes)
         row |= {"monitored_on": pd.Timestamp(last).date(), "model_version": current.version}
         frame = pd.DataFrame([row])
         with warehouse.connect() as con:

@@ -14,14 +14,18 @@ from pipelines.task import Task
 
 
 def ensure_predictions_table(con: WarehouseConnection, spec: ModelSpec) -> None:
-    """Create the predictions table (keys typed like the features') if it does not exist."""
+    """Create the predictions table (keys typed like the features') if it does not exist: the
+    score (`probability`: P(true), or the expected class over K - 1) and, for K classes, each
+    class's probability."""
     if con.has_relation(spec.predictions_table):
         return
+    per_class = "".join(f"cast(0.0 as double precision) as {c}, " for c in spec.class_columns)
     with con.ddl():
         con.execute(
             f"create table if not exists {spec.predictions_table} as "
             f"select {spec.example_id}, {spec.time_column}, "
-            "cast(0.0 as double precision) as probability, cast(0 as integer) as model_version, "
+            f"cast(0.0 as double precision) as probability, {per_class}"
+            "cast(0 as integer) as model_version, "
             f"cast(now() as timestamp) as scored_at from {spec.features_table} where false"
         )
 
@@ -64,14 +68,19 @@ def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
             )
         # Torch and MLflow's pyfunc only once there is a model to score with: a process per run
         # would import them for nothing before the first model.
+        from ml.labels import probabilities_from_output, score_of
         from ml.pyfunc import model_input
 
-        scores = load_model(tracker, current).predict(model_input(features, spec.features))
+        output = load_model(tracker, current).predict(model_input(features, spec.features))
+        # One score per example: P(true), or the expected class over K - 1 (ml.labels).
+        probs = probabilities_from_output(output)
+        per_class = {c: probs[:, k] for k, c in enumerate(spec.class_columns)}
         rows = pd.DataFrame(
             {
                 spec.example_id: features[spec.example_id],
                 spec.time_column: features[spec.time_column],
-                "probability": pd.Series(scores, dtype="float64").to_numpy(),
+                "probability": pd.Series(score_of(probs), dtype="float64").to_numpy(),
+                **per_class,
                 "model_version": current.version,
                 "scored_at": datetime.now(UTC).replace(tzinfo=None),
             }
