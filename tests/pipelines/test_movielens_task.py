@@ -40,7 +40,8 @@ def play_landings(flywheel, defs: dg.Definitions) -> list[tuple[str, str | None]
 
 
 @pytest.fixture
-def movielens_defs(flywheel, monkeypatch) -> dg.Definitions:
+def movielens_defs(flywheel, dvc_repo, monkeypatch) -> dg.Definitions:
+    """The movielens task's definitions, its datasets in a checkout of the test's own."""
     monkeypatch.setenv("FLYWHEEL_TASK", "movielens")
     return build_definitions(task_name="movielens")
 
@@ -100,7 +101,7 @@ def test_monthly_events_become_features_from_ratings_known_before_their_month(
 
 
 def test_a_ten_class_model_is_trained_evaluated_registered_and_scores_each_class(
-    flywheel, movielens_defs, dvc_repo
+    flywheel, movielens_defs
 ) -> None:
     """The retraining job on the ratings of three months (uniformly labelled), then the next
     month's scoring with the model it registered: one probability per star choice."""
