@@ -9,6 +9,7 @@ annotations that come back: a result's `from_name` is the label, its `to_name` t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,8 +65,13 @@ class LabelingSpec:
         return self.choices[choice]
 
     def choice_for_score(self, score: float) -> str:
-        """The pre-annotated choice for a binary model's score P(true)."""
-        return self._binary_choice(score >= 0.5)
+        """The pre-annotated choice for a model's score: for a binary label P(true), true from
+        0.5; for ordered classes the expected class over K - 1 (`ml.labels.score_of`), the
+        nearest class."""
+        if all(isinstance(v, bool) for v in self.choices.values()):
+            return self._binary_choice(score >= 0.5)
+        last = len(self.choices) - 1
+        return list(self.choices)[math.floor(min(max(score, 0.0), 1.0) * last + 0.5)]
 
     def _binary_choice(self, value: bool) -> str:
         matches = [c for c, v in self.choices.items() if v is value]

@@ -443,3 +443,14 @@ def test_an_export_names_only_the_task_ids_a_warehouse_can_hold() -> None:
     assert task_ids_named(export) == {"t1", "t2"}
     for unreadable in (b"", b"{", b"\xff\xfe", b'{"data": {"task_id": "t1"}}', b"[" * 100_000):
         assert task_ids_named(unreadable) == set()
+
+
+def test_the_pre_annotation_is_the_scores_choice_binary_or_the_nearest_star() -> None:
+    from pipelines.task import load_task
+
+    flights = load_task("flights").labeling
+    assert [flights.choice_for_score(s) for s in (0.2, 0.5, 0.9)] == ["on_time", "late", "late"]
+    stars = load_task("movielens").labeling
+    # The score is the expected class over 9: 0 is half a star, 1 five stars.
+    picks = [stars.choice_for_score(s) for s in (0.0, 0.05, 0.06, 0.5, 7 / 9, 1.0, 1.2)]
+    assert picks == ["0.5", "0.5", "1", "3", "4", "5", "5"]
