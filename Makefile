@@ -9,6 +9,21 @@ PY := $(VENV)/bin/python
 # and the December drift (docs/benchmarks.md: how long it takes). START, DAYS and BOOTSTRAP_DAYS
 # choose another span; all of 2013, the first model after January: START=2013-01-01 DAYS=365
 # BOOTSTRAP_DAYS=31. RUN_ARGS passes more options (e.g. --trials 8 --drift celsius@2013-12-10).
+# TASK plays another task than the default one (flights), in a state folder of its own
+# (.flywheel-<task>): `make flywheel TASK=movielens` plays the MovieLens ratings month by month
+# from March 1996, its first model after a year, each retraining validating on one month and
+# testing on the next.
+TASK ?=
+ifneq ($(TASK),)
+export FLYWHEEL_TASK := $(TASK)
+export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel-$(TASK)
+endif
+ifeq ($(TASK),movielens)
+DAYS ?= 248
+START ?= 1996-03-01
+BOOTSTRAP_DAYS ?= 12
+RUN_ARGS ?= --validation-days 1 --test-days 1
+endif
 DAYS ?= 275
 START ?= 2013-04-01
 BOOTSTRAP_DAYS ?= 21

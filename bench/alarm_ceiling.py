@@ -44,6 +44,14 @@ class ScoresOnce:
         return known.loc[frame.index].to_numpy()
 
 
+def _judged():
+    """The served task as the judge sees it (imported here: the judge needs the pipelines)."""
+    from pipelines.task import load_task
+    from sim.judge.examples import Judged
+
+    return Judged(load_task())
+
+
 def gain_error(
     y: np.ndarray, champion: np.ndarray, challenger: np.ndarray, boot: int, seed: int = 0
 ) -> float:
@@ -70,11 +78,11 @@ def judged_on(
     from sim.judge.alarms import judge
 
     scored = ScoresOnce(predict)
-    table = judge(runs, flights, scored, last_day)
+    table = judge(runs, flights, scored, _judged(), last_day)
     table["error"] = errors(table, flights, scored, last_day, boot)
     for name, mask in subsets.items():
-        part = judge(runs, flights[mask.to_numpy()], scored, last_day)
-        table[f"flights_{name}"] = part.judged_flights
+        part = judge(runs, flights[mask.to_numpy()], scored, _judged(), last_day)
+        table[f"flights_{name}"] = part.judged_examples
         table[f"gain_{name}"] = part.gain
         table[f"error_{name}"] = errors(part, flights[mask.to_numpy()], scored, last_day, boot)
     return table
@@ -128,17 +136,18 @@ def main() -> None:
     from pipelines.labeling.selection import UNIFORM_REASONS
     from pipelines.task import load_task
     from sim.judge.alarms import WORTH, champions
-    from sim.judge.report import production_flights, resource, retrainings, version_scores
+    from sim.judge.history import resource, retrainings
+    from sim.judge.report import production_examples, version_scores
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, required=True, help="a finished simulation's state")
     parser.add_argument("--boot", type=int, default=100, help="bootstrap resamples a gain")
     args = parser.parse_args()
     defs, (first, last) = played_state(args.home.resolve())
-    flights = production_flights(defs, first, last)
+    flights = production_examples(defs, _judged(), first, last)
     with dg.DagsterInstance.get() as instance:
         runs = retrainings(instance)
-    runs["champion"] = champions(runs, flights)
+    runs["champion"] = champions(runs, flights, _judged())
     labels = resource(defs, "warehouse").query(
         "select l.flight_id, t.reason from raw.flight_labels l join raw.label_tasks t "
         "using (task_id)"

@@ -75,15 +75,16 @@ def main() -> int:
 
     from pipelines.definitions import defs
     from pipelines.task import load_task
+    from sim.judge.examples import Judged
     from sim.judge.reference import BaselineFits, weekly_reference
-    from sim.judge.report import labels_per_day, played_flights, resource
+    from sim.judge.report import labels_per_day, played_examples, resource
 
     features = load_task().model.features
     warehouse = resource(defs, "warehouse")
     last = warehouse.query("select max(flight_date) as d from fct_flight_features").d[0]
     last = pd.Timestamp(last).date()
-    flights = played_flights(warehouse, features, last)
-    per_day = labels_per_day(warehouse)
+    flights = played_examples(warehouse, Judged.of("flights"), last)
+    per_day = labels_per_day(warehouse, Judged.of("flights"))
     first = args.since - timedelta(days=args.since.weekday())
     weeks = [first + timedelta(weeks=k) for k in range((last - first).days // 7 + 1)]
     print(f"{len(flights):,} flights played up to {last}; {len(weeks)} weeks from {first}")

@@ -32,6 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 TABLES = ("weekly", "retrainings", "labels")
 # Columns that measure the machine, not the loop.
 MACHINE_COLUMNS = {"retrainings": ["seconds"]}
+# Columns a later version of the report names otherwise: compared under their new name.
+RENAMED = {"flights": "examples", "late_rate": "label_mean", "judged_flights": "judged_examples"}
 REL_TOL = 1e-9
 # Settings that would point a side at another state than its own.
 STATE_SETTINGS = (
@@ -102,12 +104,17 @@ def same(x: object, y: object) -> bool:
     return numbers and math.isclose(float(x), float(y), rel_tol=REL_TOL)
 
 
+def read_table(report: Path, name: str) -> pd.DataFrame:
+    """A report's table `name`, its columns under their current names."""
+    return pd.read_csv(report / f"{name}.csv").rename(columns=RENAMED)
+
+
 def largest_gap(before: Path, after: Path) -> float:
     """The largest relative difference between two numeric cells of the reports."""
     gap = 0.0
     for name in TABLES:
         a, b = (
-            pd.read_csv(d / f"{name}.csv")
+            read_table(d, name)
             .drop(columns=MACHINE_COLUMNS.get(name, []), errors="ignore")
             .select_dtypes("number")
             for d in (before, after)
@@ -124,7 +131,7 @@ def differences(before: Path, after: Path) -> list[str]:
     """Each cell that differs between the two reports' tables, named."""
     found = []
     for name in TABLES:
-        a, b = (pd.read_csv(d / f"{name}.csv") for d in (before, after))
+        a, b = (read_table(d, name) for d in (before, after))
         a, b = (t.drop(columns=MACHINE_COLUMNS.get(name, []), errors="ignore") for t in (a, b))
         if list(a.columns) != list(b.columns):
             found.append(f"{name}: columns {list(a.columns)} != {list(b.columns)}")

@@ -207,7 +207,7 @@ def weekly_table(results: list[PolicyResult]) -> pd.DataFrame:
     """Production AUC per week: a column per policy, then the baselines of the first policy
     that trained them (the same-budget reference and the all-labels ceiling)."""
     first = results[0].weekly
-    table = first[["week", "flights", "late_rate"]].copy()
+    table = first[["week", "examples", "label_mean"]].copy()
     for r in results:
         table = table.merge(
             r.weekly[["week", "flywheel"]].rename(columns={"flywheel": r.policy}),
@@ -230,7 +230,7 @@ def write(
     report = out / "report"
     report.mkdir(parents=True, exist_ok=True)
     weekly = weekly_table(results)
-    lines = [c for c in weekly.columns if c not in ("week", "flights", "late_rate")]
+    lines = [c for c in weekly.columns if c not in ("week", "examples", "label_mean")]
     long = weekly.melt(id_vars="week", value_vars=lines, var_name="model", value_name="auroc")
     plot = report / "weekly_auc.png"
     plot.write_bytes(weekly_auc_figure(long.dropna()))

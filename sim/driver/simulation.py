@@ -218,7 +218,15 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
         # The baselines' fits while the days play, in process only: the daemon's runs, in their
         # own processes, may hold the warehouse whenever this process would read it.
         background = None
-        if options.baselines and not options.daemon:
+        baselines = options.baselines
+        if baselines and (task.cadence != "daily" or task.model.features.classes is not None):
+            # sim.judge.reference fits a binary classifier over weeks of days.
+            say(
+                f"task {task.name!r}: the report's same-budget reference and ceiling are fitted "
+                "for a daily task with a binary label only; this report has neither"
+            )
+            baselines = False
+        if baselines and not options.daemon:
             background = BaselinesInBackground.of_task(defs, task.name)
             stack.callback(background.fits.close)
         if versions(tracker, name):
@@ -292,7 +300,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             registered[0].version,
             options.report_dir or home / "report",
             header,
-            baselines=options.baselines,
+            baselines=baselines,
             fitted=fitted,
         )
     if options.brief:

@@ -22,14 +22,14 @@ from datetime import date, timedelta
 import numpy as np
 import pandas as pd
 
-from ml.metrics import auroc
 from pipelines.defs.monitoring.triggers import ALARM_TRIGGERS, SCHEDULE_TRIGGER
+from sim.judge.examples import Judged
 
 HORIZON_DAYS = 14
 MIN_DAYS = 7  # a retraining with fewer production days after it is not judged
 WORTH = 0.01
 MISSED = 0.02
-JUDGEMENT = ["champion", "judged_flights", "champion_auc", "challenger_auc", "gain"]
+JUDGEMENT = ["champion", "judged_examples", "champion_auc", "challenger_auc", "gain"]
 
 
 @dataclass
@@ -70,11 +70,11 @@ class AlarmSummary:
         )
 
 
-def champions(runs: pd.DataFrame, flights: pd.DataFrame) -> pd.Series:
+def champions(runs: pd.DataFrame, examples: pd.DataFrame, judged: Judged) -> pd.Series:
     """The champion each retraining would replace: the version that scored its event day (the
     day's scoring runs before the monitoring that fires). NaN before the first champion."""
-    days = pd.to_datetime(flights.flight_date).dt.date
-    scored = flights.model_version.groupby(days).agg(lambda v: v.mode().iloc[0])
+    days = pd.to_datetime(examples[judged.spec.time_column]).dt.date
+    scored = examples.model_version.groupby(days).agg(lambda v: v.mode().iloc[0])
     days = pd.to_datetime(runs.event_day, errors="coerce").dt.date
     return days.map(scored).astype("Int64")
 
@@ -86,7 +86,7 @@ def judged_window(
     horizon_days: int = HORIZON_DAYS,
     min_days: int = MIN_DAYS,
 ) -> pd.Index | None:
-    """The index of the flights (`days`: each one's date) a retraining of `event_day` is judged
+    """The index of the examples (`days`: each one's date) a retraining of `event_day` is judged
     on: those of the `horizon_days` days after it; None for no event day, or fewer than
     `min_days` of those days played by `last_day`."""
     start = pd.to_datetime(event_day, errors="coerce")
@@ -100,19 +100,20 @@ def judged_window(
 
 def judge(
     runs: pd.DataFrame,
-    flights: pd.DataFrame,
+    examples: pd.DataFrame,
     predict: Callable[[int, pd.DataFrame], np.ndarray],
+    judged: Judged,
     last_day: date,
     horizon_days: int = HORIZON_DAYS,
     min_days: int = MIN_DAYS,
 ) -> pd.DataFrame:
     """`runs` (event_day, trigger, version, champion) with the judgement of each retraining:
-    `judged_flights`, `champion_auc`, `challenger_auc` and `gain` over the flights (`flight_date`,
-    `is_late` and the model's inputs) of the `horizon_days` days after its event day, up to
+    `judged_examples`, `champion_auc`, `challenger_auc` and `gain` over the examples (their
+    day, outcome and the model's inputs) of the `horizon_days` days after its event day, up to
     `last_day`; a retraining with fewer than `min_days` of them is not judged.
     `predict(version, frame)` scores a frame with a registered version; each version scores
-    each flight once."""
-    days = pd.to_datetime(flights.flight_date).dt.date
+    each example once."""
+    days = pd.to_datetime(examples[judged.spec.time_column]).dt.date
     windows: list[pd.Index | None] = []
     wanted: dict[int, set[int]] = {}
     for row in runs.itertuples():
@@ -127,26 +128,28 @@ def judge(
     scores = {}
     for version, rows in wanted.items():
         index = pd.Index(sorted(rows))
-        scores[version] = pd.Series(predict(version, flights.loc[index]), index=index)
-    judged = runs.copy()
+        scores[version] = pd.DataFrame(predict(version, examples.loc[index]), index=index)
+    verdicts = runs.copy()
     columns: dict[str, list[float]] = {
-        "judged_flights": [],
+        "judged_examples": [],
         "champion_auc": [],
         "challenger_auc": [],
     }
+    label = judged.spec.label
     for row, index in zip(runs.itertuples(), windows, strict=True):
-        y = flights.is_late.loc[index].to_numpy() if index is not None else np.array([])
-        if index is None or not 0 < y.sum() < len(y):
+        y = examples[label].loc[index].to_numpy() if index is not None else np.array([])
+        if index is None or not judged.judgeable(y):
             for values in columns.values():
                 values.append(np.nan)
             continue
-        columns["judged_flights"].append(len(index))
-        columns["champion_auc"].append(auroc(y, scores[int(row.champion)].loc[index]))
-        columns["challenger_auc"].append(auroc(y, scores[int(row.version)].loc[index]))
+        columns["judged_examples"].append(len(index))
+        for name, version in (("champion_auc", row.champion), ("challenger_auc", row.version)):
+            probs = scores[int(version)].loc[index].to_numpy()
+            columns[name].append(judged.auc(y, probs[:, 0] if probs.shape[1] == 1 else probs))
     for name, values in columns.items():
-        judged[name] = values
-    judged["gain"] = judged.challenger_auc - judged.champion_auc
-    return judged
+        verdicts[name] = values
+    verdicts["gain"] = verdicts.challenger_auc - verdicts.champion_auc
+    return verdicts
 
 
 def summarize(judged: pd.DataFrame, horizon_days: int = HORIZON_DAYS) -> AlarmSummary:

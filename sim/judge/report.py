@@ -2,7 +2,8 @@
 
 Every figure comes from the run: predictions and labels from the warehouse, retrainings and
 decisions from the Dagster instance, versions from the registry and DVC. Only the simulator
-knows every flight's outcome, so production AUC is computed here, on all scored flights.
+knows every example's outcome, so production AUC is computed here, on all scored examples (for a
+label of several classes, the macro one-vs-rest AUC and the multi-class log loss).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from ml.config import FeatureConfig
-from ml.metrics import auroc, logloss
 from pipelines.lib.registry import (
     DATASET_TAG,
     load_model,
@@ -26,11 +26,11 @@ from pipelines.lib.registry import (
     registered_name,
     versions,
 )
-from pipelines.lib.runs import RETRAINING_JOB
 from pipelines.task import load_task
 from sim.judge import alarms
+from sim.judge.examples import Judged
+from sim.judge.history import label_spend, resource, retrainings
 from sim.judge.reference import BaselineFits, Fitted
-from sim.world.nycflights import is_late
 
 
 @dataclass
@@ -43,6 +43,7 @@ class Report:
     alarms: alarms.AlarmSummary
     markdown: Path
     plot: Path
+    period: str = "week"  # what a row of `weekly` is: a week, or a month for a monthly task
 
     def summary(self) -> list[str]:
         """The few lines the terminal shows at the end: the headline figures and where the
@@ -50,14 +51,14 @@ class Report:
         lines = []
         if len(self.weekly):
             mean = self.weekly[["flywheel", "static", "reference", "ceiling"]].mean()
-            weeks = f"{len(self.weekly)} production weeks from {self.weekly.week.iloc[0]}"
+            weeks = f"{len(self.weekly)} production {self.period}s from {self.weekly.week.iloc[0]}"
             auc = f"flywheel {mean.flywheel:.3f}, static model {mean.static:.3f}"
             if not np.isnan(mean.reference):
                 auc += f", same-budget reference {mean.reference:.3f}"
                 auc += f", all-labels ceiling {mean.ceiling:.3f}"
-            lines.append(f"mean weekly AUC over {weeks}: {auc}")
+            lines.append(f"mean AUC per {self.period} over {weeks}: {auc}")
         else:
-            lines.append("no production week was scored")
+            lines.append(f"no production {self.period} was scored")
         runs = self.retrainings
         if len(runs):
             triggers = runs.trigger.value_counts()
@@ -80,95 +81,100 @@ class Report:
         ]
 
 
-def resource(defs: dg.Definitions, key: str) -> Any:
-    """The code location's resource `key` as a run would see it: its settings read from the
-    environment (a prod resource names them with `dg.EnvVar`)."""
-    value = defs.resources[key]
-    if isinstance(value, dg.ConfigurableResource):
-        return value.process_config_and_initialize()
-    return value
-
-
-def production_flights(defs: dg.Definitions, first: date, last: date) -> pd.DataFrame:
-    """Every flight the flywheel scored between `first` and `last`: its features, the
-    flywheel's probability, the champion version that gave it, and its outcome."""
+def production_examples(
+    defs: dg.Definitions, judged: Judged, first: date, last: date
+) -> pd.DataFrame:
+    """Every example the flywheel scored between `first` and `last`: its features, the
+    flywheel's score (and probability per class), the champion version that gave it, and its
+    outcome (the label's column)."""
+    spec = judged.spec
     warehouse = resource(defs, "warehouse")
     with warehouse.connect() as con:
-        if not con.has_relation("flight_predictions"):
+        if not con.has_relation(spec.predictions_table):
             return pd.DataFrame()  # no model was ever promoted: nothing was scored
-    flights = warehouse.query(
-        "select f.*, p.probability as flywheel, p.model_version from fct_flight_features f "
-        "join flight_predictions p using (flight_id) where f.flight_date between ? and ? "
-        "order by f.flight_id",
+    per_class = "".join(f"p.{c}, " for c in judged.scored_columns)
+    examples = warehouse.query(
+        f"select f.*, p.probability as flywheel, {per_class}p.model_version "
+        f"from {spec.features_table} f join {spec.predictions_table} p using ({spec.example_id}) "
+        f"where f.{spec.time_column} between ? and ? order by f.{spec.example_id}",
         [first.isoformat(), last.isoformat()],
     )
-    flights["is_late"] = [is_late(f) for f in flights.flight_id]
-    return flights
+    examples[spec.label] = judged.outcomes(examples[spec.example_id])
+    return examples
 
 
 def version_scores(defs: dg.Definitions, task_name: str) -> Callable[[int, pd.DataFrame], Any]:
-    """predict(version, flights): the probabilities a registered version gives `flights`."""
+    """predict(version, examples): the probabilities a registered version gives `examples`,
+    (n,) for a binary label, (n, K) for K classes."""
+    from ml.labels import probabilities_from_output
     from ml.pyfunc import model_input
 
+    features = load_task(task_name).model.features
     tracker, name = resource(defs, "tracker"), registered_name(task_name)
 
-    def predict(version: int, flights: pd.DataFrame) -> np.ndarray:
+    def predict(version: int, examples: pd.DataFrame) -> np.ndarray:
         model = load_model(tracker, model_version(tracker, name, version))
-        return np.asarray(model.predict(model_input(flights)), dtype=np.float64)
+        return probabilities_from_output(model.predict(model_input(examples, features)))
 
     return predict
 
 
-def weekly_auc(flights: pd.DataFrame, static: np.ndarray) -> pd.DataFrame:
-    """Production AUC per week of the flywheel's predictions and of the `static` model's, on
-    the same `flights` (see `production_flights`)."""
-    if flights.empty:
+def weekly_auc(examples: pd.DataFrame, static: np.ndarray, judged: Judged) -> pd.DataFrame:
+    """Production AUC and log loss per period (`Judged.period`: a week, for a daily task) of
+    the flywheel's predictions and of the `static` model's, on the same `examples` (see
+    `production_examples`)."""
+    if examples.empty:
         return pd.DataFrame(
             columns=[
                 "week",
-                "flights",
-                "late_rate",
+                "examples",
+                "label_mean",
                 "flywheel",
                 "static",
                 "flywheel_logloss",
                 "static_logloss",
             ]
         )
-    flights = flights.assign(static=static)
-    dates = pd.to_datetime(flights.flight_date)
-    flights["week"] = (dates - pd.to_timedelta(dates.dt.weekday, unit="D")).dt.date
+    spec = judged.spec
+    flywheel = judged.flywheel_probabilities(examples)
+    week = judged.period(examples[spec.time_column])
     rows = []
-    for week, group in flights.groupby("week"):
-        y = group.is_late.to_numpy()
-        both = 0 < y.sum() < len(y)
+    for period in sorted(week.unique()):
+        at = np.flatnonzero((week == period).to_numpy())
+        group = examples.iloc[at]
+        y = group[spec.label].to_numpy()
+        flywheel_auc, flywheel_logloss = judged.metrics(y, flywheel[at])
+        static_auc, static_logloss = judged.metrics(y, static[at])
         rows.append(
             {
-                "week": week,
-                "flights": len(group),
-                "late_rate": float(y.mean()),
-                "flywheel": auroc(y, group.flywheel) if both else np.nan,
-                "static": auroc(y, group.static) if both else np.nan,
-                "flywheel_logloss": logloss(y, group.flywheel),
-                "static_logloss": logloss(y, group.static),
+                "week": period,
+                "examples": len(group),
+                "label_mean": float(np.mean(y.astype(np.float64))),
+                "flywheel": flywheel_auc,
+                "static": static_auc,
+                "flywheel_logloss": flywheel_logloss,
+                "static_logloss": static_logloss,
                 "champion_versions": ",".join(map(str, sorted(group.model_version.unique()))),
             }
         )
     return pd.DataFrame(rows)
 
 
-def played_flights(
-    warehouse: Any, features: FeatureConfig, last: date, after: date | None = None
+def played_examples(
+    warehouse: Any, judged: Judged, last: date, after: date | None = None
 ) -> pd.DataFrame:
-    """The features of every flight played up to `last` (after `after`, when given), in the
-    order of their ids, with the outcome each will have (`features.label`)."""
-    query = "select * from fct_flight_features where flight_date <= ?"
+    """The features of every example played up to `last` (after `after`, when given), in the
+    order of their ids, with the outcome each will have (the label's column)."""
+    spec = judged.spec
+    day = spec.time_column
+    query = f"select * from {spec.features_table} where {day} <= ?"
     params = [last.isoformat()]
     if after is not None:
-        query, params = query + " and flight_date > ?", [*params, after.isoformat()]
-    flights = warehouse.query(query + " order by flight_id", params)
-    flights["flight_date"] = pd.to_datetime(flights.flight_date).dt.date
-    flights[features.label] = [is_late(f) for f in flights.flight_id]
-    return flights
+        query, params = query + f" and {day} > ?", [*params, after.isoformat()]
+    examples = warehouse.query(query + f" order by {spec.example_id}", params)
+    examples[day] = pd.to_datetime(examples[day]).dt.date
+    examples[spec.label] = judged.outcomes(examples[spec.example_id])
+    return examples
 
 
 def reference_auc(
@@ -183,20 +189,23 @@ def reference_auc(
     got for each landing day; the weeks in `fitted` with the same inputs are not fitted again."""
     from sim.judge.reference import weekly_reference
 
-    features = load_task(task_name).model.features
+    judged = Judged.of(task_name)
     warehouse = resource(defs, "warehouse")
-    flights = played_flights(warehouse, features, last)
-    spend = labels_per_day(warehouse)
-    return weekly_reference(flights, spend, weeks, features, "flight_date", fitted=fitted)
+    examples = played_examples(warehouse, judged, last)
+    spend = labels_per_day(warehouse, judged)
+    spec = judged.spec
+    return weekly_reference(examples, spend, weeks, spec.features, spec.time_column, fitted=fitted)
 
 
-def labels_per_day(warehouse: Any) -> pd.Series:
-    """How many flights of each landing day the flywheel got a label for, so far."""
+def labels_per_day(warehouse: Any, judged: Judged) -> pd.Series:
+    """How many examples of each landing day the flywheel got a label for, so far."""
+    spec, task = judged.spec, judged.task
     spend = warehouse.query(
-        "select f.flight_date, count(distinct l.flight_id) as labels from raw.flight_labels l "
-        "join fct_flight_features f using (flight_id) group by f.flight_date"
+        f"select f.{spec.time_column} as day, count(distinct l.{spec.example_id}) as labels "
+        f"from raw.{task.labels_table} l join {spec.features_table} f using ({spec.example_id}) "
+        f"group by f.{spec.time_column}"
     )
-    return pd.Series(spend["labels"].to_numpy(), index=pd.to_datetime(spend.flight_date).dt.date)
+    return pd.Series(spend["labels"].to_numpy(), index=pd.to_datetime(spend.day).dt.date)
 
 
 class BaselinesInBackground:
@@ -207,17 +216,19 @@ class BaselinesInBackground:
     inputs are still the same: the ceiling's (all of them, unless a played day's features were
     rebuilt) and the reference's (unless a day's labels came after its week was fitted)."""
 
-    def __init__(self, warehouse: Any, features: FeatureConfig) -> None:
-        self.warehouse, self.features = warehouse, features
-        self.fits = BaselineFits(features)
+    def __init__(
+        self, warehouse: Any, judged: Judged, features: FeatureConfig | None = None
+    ) -> None:
+        """`features`: what the baselines read, by default the task's model's."""
+        self.warehouse, self.judged = warehouse, judged
+        self.fits = BaselineFits(features or judged.spec.features, judged.spec.time_column)
         self.sent: date | None = None  # flights up to this day were added
         self.weeks: set[date] = set()  # weeks asked for
 
     @classmethod
     def of_task(cls, defs: dg.Definitions, task_name: str) -> BaselinesInBackground:
-        """For the task's flights in the code location's warehouse."""
-        features = load_task(task_name).model.features
-        return cls(resource(defs, "warehouse"), features)
+        """For the task's examples in the code location's warehouse."""
+        return cls(resource(defs, "warehouse"), Judged.of(task_name))
 
     def played(self, day: date, production_start: date | None) -> None:
         """`day` was played (production from `production_start`; None: not yet)."""
@@ -226,59 +237,10 @@ class BaselinesInBackground:
         first = production_start - timedelta(days=production_start.weekday())
         complete = [first + timedelta(weeks=k) for k in range(((day - first).days + 1) // 7)]
         weeks = [week for week in complete if week not in self.weeks]
-        flights = played_flights(self.warehouse, self.features, day, self.sent)
-        self.fits.add(flights, weeks, labels_per_day(self.warehouse))
+        examples = played_examples(self.warehouse, self.judged, day, self.sent)
+        self.fits.add(examples, weeks, labels_per_day(self.warehouse, self.judged))
         self.sent = day
         self.weeks.update(weeks)
-
-
-def _by_run(instance: dg.DagsterInstance, asset: str) -> dict[str, dict[str, object]]:
-    records = instance.fetch_materializations(dg.AssetKey(asset), limit=10_000).records
-    return {
-        r.run_id: {k: v.value for k, v in r.asset_materialization.metadata.items()}
-        for r in records
-        if r.asset_materialization is not None
-    }
-
-
-def retrainings(instance: dg.DagsterInstance) -> pd.DataFrame:
-    """Each retraining run: what triggered it, on which data, and what the gate decided."""
-    datasets, challengers = (
-        _by_run(instance, "training_dataset"),
-        _by_run(instance, "challenger_model"),
-    )
-    decisions = _by_run(instance, "champion_model")
-    rows = []
-    records = instance.get_run_records(dg.RunsFilter(job_name=RETRAINING_JOB), ascending=True)
-    for record in records:
-        run = record.dagster_run
-        dataset, challenger = datasets.get(run.run_id, {}), challengers.get(run.run_id, {})
-        decision = decisions.get(run.run_id, {})
-        seconds = (record.end_time or 0) - (record.start_time or 0)
-        rows.append(
-            {
-                "event_day": run.tags.get("flywheel/event_day", ""),
-                "trigger": run.tags.get("flywheel/trigger", ""),
-                "status": run.status.value,
-                "seconds": round(seconds),
-                "dataset": str(dataset.get("dvc_hash", ""))[:12],
-                "examples": dataset.get("dagster/row_count", ""),
-                "version": challenger.get("registered_model_version", ""),
-                "val_auroc": challenger.get("val/auroc", np.nan),
-                "decision": decision.get("decision", ""),
-                "reason": decision.get("reason", ""),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def label_spend(defs: dg.Definitions) -> pd.DataFrame:
-    """Label tasks exported per selection reason, and how many came back labelled."""
-    return resource(defs, "warehouse").query(
-        "select t.reason, count(*) as exported, count(l.flight_id) as labelled "
-        "from raw.label_tasks t left join raw.flight_labels l using (task_id) "
-        "group by t.reason order by exported desc"
-    )
 
 
 def _table(frame: pd.DataFrame) -> str:
@@ -306,24 +268,27 @@ def write_report(
     from ml.plots import weekly_auc_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    flights, predict = production_flights(defs, *production), version_scores(defs, task_name)
-    weekly = weekly_auc(flights, predict(static, flights) if len(flights) else np.array([]))
+    judged = Judged.of(task_name)
+    examples = production_examples(defs, judged, *production)
+    predict = version_scores(defs, task_name)
+    static_probs = predict(static, examples) if len(examples) else np.array([])
+    weekly = weekly_auc(examples, static_probs, judged)
     models = ["flywheel", "static", "reference", "ceiling"]
     if len(weekly) and baselines:
         references = reference_auc(defs, task_name, production[1], list(weekly.week), fitted)
         weekly = weekly.merge(references, on="week", how="left")
     else:
         weekly = weekly.assign(reference=np.nan, ceiling=np.nan, reference_labels=np.nan)
-    first = ["week", "flights", "late_rate", *models]
+    first = ["week", "examples", "label_mean", *models]
     weekly = weekly[first + [c for c in weekly.columns if c not in first and c != "ceiling_labels"]]
     weekly = weekly.rename(columns={"reference_labels": "labels_before"})
-    runs, labels = retrainings(instance), label_spend(defs)
-    if len(flights) and len(runs):
-        runs["champion"] = alarms.champions(runs, flights)
-        runs = alarms.judge(runs, flights, predict, production[1], horizon_days, min_days)
+    runs, labels = retrainings(instance), label_spend(defs, judged)
+    if len(examples) and len(runs):
+        runs["champion"] = alarms.champions(runs, examples, judged)
+        runs = alarms.judge(runs, examples, predict, judged, production[1], horizon_days, min_days)
     else:
         runs = runs.assign(**{c: np.nan for c in alarms.JUDGEMENT})
-    judged = alarms.summarize(runs, horizon_days) if len(runs) else alarms.AlarmSummary.none()
+    verdicts = alarms.summarize(runs, horizon_days) if len(runs) else alarms.AlarmSummary.none()
     long = weekly.melt(id_vars="week", value_vars=models, var_name="model")
     plot = out_dir / "weekly_auc.png"
     plot.write_bytes(weekly_auc_figure(long.rename(columns={"value": "auroc"}).dropna()))
@@ -349,26 +314,27 @@ def write_report(
         else "The same-budget reference and the all-labels ceiling were not trained."
     )
     summary = (
-        f"Mean weekly production AUC over {len(weekly)} weeks (every scored flight, outcomes "
+        f"Mean production AUC per {judged.period_name} over {len(weekly)} {judged.period_name}s "
+        "(every scored example, outcomes "
         f"from the simulator): flywheel {mean.flywheel:.3f}, static model (version {static}) "
         f"{mean.static:.3f}; log loss {mean.flywheel_logloss:.3f} vs {mean.static_logloss:.3f}. "
         + references
         if len(weekly)
-        else "No production week was scored."
+        else f"No production {judged.period_name} was scored."
     )
     text = "\n\n".join(
         [
             "# Flywheel report",
             "\n".join(header),
-            f"## Production AUC by week\n\n{summary}\n\n![weekly AUC]({plot.name})\n\n"
-            + _table(weekly),
+            f"## Production AUC by {judged.period_name}\n\n{summary}\n\n"
+            f"![AUC by {judged.period_name}]({plot.name})\n\n" + _table(weekly),
             "## Retrainings\n\n`gain`: the challenger's production AUC minus the champion's "
-            f"(`champion`) on every flight of the {horizon_days} days after the event "
+            f"(`champion`) on every example of the {horizon_days} days after the event "
             "day.\n\n"
-            + _table(runs.drop(columns=["judged_flights", "champion_auc", "challenger_auc"])),
-            "## Alarms\n\n" + judged.describe() + "\n\nMissed: scheduled retrainings that gained "
+            + _table(runs.drop(columns=["judged_examples", "champion_auc", "challenger_auc"])),
+            "## Alarms\n\n" + verdicts.describe() + "\n\nMissed: scheduled retrainings that gained "
             f"{alarms.MISSED} or more with no alarm since the last retraining.\n\n"
-            + _table(judged.missed),
+            + _table(verdicts.missed),
             f"## Labels spent\n\n{int(labels.labelled.sum()) if len(labels) else 0} labels "
             f"of {int(labels.exported.sum()) if len(labels) else 0} tasks exported.\n\n"
             + _table(labels),
@@ -379,4 +345,4 @@ def write_report(
     markdown.write_text(text + "\n")
     for name, frame in (("weekly", weekly), ("retrainings", runs), ("labels", labels)):
         frame.to_csv(out_dir / f"{name}.csv", index=False)
-    return Report(weekly, runs, labels, judged, markdown, plot)
+    return Report(weekly, runs, labels, verdicts, markdown, plot, judged.period_name)

@@ -220,7 +220,7 @@ def test_report_numbers_come_from_the_run(played, tmp_path) -> None:
     runs = played.instance.get_run_records(dg.RunsFilter(job_name="retraining_job"))
     assert len(report.retrainings) == len(runs)
     assert {"bootstrap", "drift"} <= set(report.retrainings.trigger)
-    assert report.weekly.flights.sum() == played.scalar("select count(*) from flight_predictions")
+    assert report.weekly.examples.sum() == played.scalar("select count(*) from flight_predictions")
     assert report.weekly[["flywheel", "static"]].notna().all().all()
     # The same-budget reference learned, each week, from as many labels as the flywheel had for
     # the flights of the days before it. (An earlier test may have scored the first day again,
@@ -244,7 +244,7 @@ def test_report_numbers_come_from_the_run(played, tmp_path) -> None:
             "select mode(model_version) from flight_predictions "
             f"where flight_date = '{row.event_day}'"
         )
-        assert row.judged_flights == played.scalar(
+        assert row.judged_examples == played.scalar(
             "select count(*) from flight_predictions where flight_date > "
             f"'{row.event_day}' and flight_date <= cast('{row.event_day}' as date) + 3"
         )

@@ -7,9 +7,11 @@ import pandas as pd
 import pytest
 
 from sim.judge import alarms
+from sim.judge.examples import Judged
 
 START = date(2013, 3, 1)
 DAYS = 40
+JUDGED = Judged.of("flights")
 
 
 @pytest.fixture
@@ -50,7 +52,7 @@ class Scorer:
 
 def test_the_champion_is_the_version_that_scored_the_event_day(flights: pd.DataFrame) -> None:
     plan = runs(("2013-02-27", "bootstrap", 1), ("2013-03-05", "drift", 2), ("2013-03-25", "", 3))
-    assert list(alarms.champions(plan, flights)) == [pd.NA, 1, 2]
+    assert list(alarms.champions(plan, flights, JUDGED)) == [pd.NA, 1, 2]
 
 
 def test_alarms_are_judged_by_their_challengers_next_14_days(flights: pd.DataFrame) -> None:
@@ -65,9 +67,9 @@ def test_alarms_are_judged_by_their_challengers_next_14_days(flights: pd.DataFra
     plan["champion"] = [np.nan, 1, 1, 1, 1, 1]
     scorer = Scorer()
 
-    judged = alarms.judge(plan, flights, scorer, START + timedelta(days=DAYS - 1))
+    judged = alarms.judge(plan, flights, scorer, JUDGED, START + timedelta(days=DAYS - 1))
 
-    assert list(judged.judged_flights.fillna(0)) == [0, 14 * 200, 14 * 200, 14 * 200, 0, 0]
+    assert list(judged.judged_examples.fillna(0)) == [0, 14 * 200, 14 * 200, 14 * 200, 0, 0]
     drift = judged.iloc[1]
     assert drift.challenger_auc > 0.7 and abs(drift.champion_auc - 0.5) < 0.05
     assert drift.gain == pytest.approx(drift.challenger_auc - drift.champion_auc)

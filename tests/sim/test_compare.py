@@ -65,8 +65,8 @@ def test_policies_play_on_their_own_state_and_a_killed_compare_resumes(
     weekly = pd.read_csv(out / "report" / "weekly.csv")
     assert list(weekly.columns) == [
         "week",
-        "flights",
-        "late_rate",
+        "examples",
+        "label_mean",
         "static",
         "drift",
         "reference",

@@ -12,12 +12,13 @@ import pandas as pd
 from ml.config import FeatureConfig
 from ml.metrics import auroc
 from pipelines.lib.warehouse import DuckDBWarehouse
+from sim.judge.examples import Judged
 from sim.judge.reference import PlayedFlights, fingerprint, fit_predict, reference_sample
 from sim.judge.report import (
     BaselinesInBackground,
     labels_per_day,
-    played_flights,
-    production_flights,
+    played_examples,
+    production_examples,
     weekly_auc,
 )
 from sim.world import nycflights
@@ -29,9 +30,10 @@ def test_a_span_without_a_promoted_model_has_no_weekly_figures(tmp_path) -> None
     with warehouse.connect() as con:
         con.execute("create table fct_flight_features (flight_id bigint, flight_date date)")
     defs = SimpleNamespace(resources={"warehouse": warehouse, "tracker": None})
-    flights = production_flights(defs, date(2013, 1, 1), date(2013, 1, 31))
+    judged = Judged.of("flights")
+    flights = production_examples(defs, judged, date(2013, 1, 1), date(2013, 1, 31))
     assert flights.empty
-    weekly = weekly_auc(flights, np.array([]))
+    weekly = weekly_auc(flights, np.array([]), judged)
     assert weekly.empty and "flywheel" in weekly.columns
 
 
@@ -58,7 +60,7 @@ def test_the_baselines_fitted_while_the_days_play_are_those_the_report_would_fit
         categorical=("carrier", "origin"), numeric=("distance", "hour"), label="is_late"
     )
 
-    background = BaselinesInBackground(warehouse, features)
+    background = BaselinesInBackground(warehouse, Judged.of("flights"), features)
     try:
         for day in days:
             # The labels of the day before come in: 150 of its flights.
@@ -77,10 +79,10 @@ def test_the_baselines_fitted_while_the_days_play_are_those_the_report_would_fit
 
     # Each is the fit the report would make on the flights and labels it reads, to the last
     # digit.
-    flights = played_flights(warehouse, features, days[-1])
+    flights = played_examples(warehouse, Judged.of("flights"), days[-1])
     assert len(flights) == len(frame) and flights.is_late.any() and not flights.is_late.all()
     played = PlayedFlights(flights, features, "flight_date")
-    spend = labels_per_day(warehouse)
+    spend = labels_per_day(warehouse, Judged.of("flights"))
     assert (spend == 150).all() and len(spend) == len(days) - 1
     sample = reference_sample(played.flights, spend, "flight_date").index.to_numpy()
     for week in weeks:

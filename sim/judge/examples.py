@@ -1,0 +1,83 @@
+"""What the judge reads of a task: where its production examples and their scores are, the
+outcome the world held back for each, the period the report groups them by, and the production
+metrics of a model's probabilities, binary or of several ordered classes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from ml.labels import class_indices
+from ml.metrics import auroc, logloss, multiclass_metrics
+from pipelines.model_spec import ModelSpec
+from pipelines.task import Task, load_task
+from sim.world.sources import outcome_of
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A task as the judge sees it."""
+
+    task: Task
+
+    @classmethod
+    def of(cls, task_name: str) -> Judged:
+        return cls(load_task(task_name))
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.task.model
+
+    @property
+    def classes(self) -> tuple | None:
+        return self.spec.features.classes
+
+    @cached_property
+    def scored_columns(self) -> list[str]:
+        """The predictions table's columns the report reads beside the score."""
+        return self.spec.class_columns
+
+    def outcomes(self, example_ids: pd.Series) -> list:
+        """The held-back outcome (the label's value) of each example."""
+        return [outcome_of(self.task.name, i) for i in example_ids]
+
+    def period(self, days: pd.Series) -> pd.Series:
+        """The period the report groups an example's day into: its week (the Monday) for a daily
+        task, else its partition (the day it starts on)."""
+        dates = pd.to_datetime(days)
+        if self.task.cadence == "daily":
+            return (dates - pd.to_timedelta(dates.dt.weekday, unit="D")).dt.date
+        return dates.dt.date.map(self.task.partition_of).map(pd.Timestamp).dt.date
+
+    @property
+    def period_name(self) -> str:
+        """What the report's rows are: weeks for a daily task, else its partitions."""
+        return {"daily": "week", "weekly": "week", "monthly": "month"}[self.task.cadence]
+
+    def flywheel_probabilities(self, frame: pd.DataFrame) -> np.ndarray:
+        """The flywheel's stored probabilities of `frame`'s rows: P(true), or one per class."""
+        if self.classes is None:
+            return frame["flywheel"].to_numpy(dtype=np.float64)
+        return frame[self.scored_columns].to_numpy(dtype=np.float64)
+
+    def judgeable(self, y: np.ndarray) -> bool:
+        """Whether outcomes `y` hold two values or more (an AUC needs both sides)."""
+        return len(y) > 0 and len(pd.unique(y)) > 1
+
+    def metrics(self, y: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
+        """Production AUC (macro one-vs-rest for several classes) and log loss of `probs` on
+        outcomes `y` (the label's values); the AUC is NaN with one outcome only."""
+        if self.classes is None:
+            labels = np.asarray(y, dtype=np.float64)
+            auc = auroc(labels, probs) if self.judgeable(labels) else math.nan
+            return auc, logloss(labels, probs)
+        figures = multiclass_metrics(class_indices(pd.Series(y), self.classes, "label"), probs)
+        auc = figures["auroc"] if self.judgeable(np.asarray(y)) else math.nan
+        return auc, figures["logloss"]
+
+    def auc(self, y: np.ndarray, probs: np.ndarray) -> float:
+        return self.metrics(y, probs)[0]

@@ -1,0 +1,72 @@
+"""What the loop did, as the report tells it: each retraining run (its trigger, dataset and the
+gate's decision, from the Dagster instance) and the labels spent per selection reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from pipelines.lib.runs import RETRAINING_JOB
+from sim.judge.examples import Judged
+
+
+def resource(defs: dg.Definitions, key: str) -> Any:
+    """The code location's resource `key` as a run would see it: its settings read from the
+    environment (a prod resource names them with `dg.EnvVar`)."""
+    value = defs.resources[key]
+    if isinstance(value, dg.ConfigurableResource):
+        return value.process_config_and_initialize()
+    return value
+
+
+def _by_run(instance: dg.DagsterInstance, asset: str) -> dict[str, dict[str, object]]:
+    records = instance.fetch_materializations(dg.AssetKey(asset), limit=10_000).records
+    return {
+        r.run_id: {k: v.value for k, v in r.asset_materialization.metadata.items()}
+        for r in records
+        if r.asset_materialization is not None
+    }
+
+
+def retrainings(instance: dg.DagsterInstance) -> pd.DataFrame:
+    """Each retraining run: what triggered it, on which data, and what the gate decided."""
+    datasets, challengers = (
+        _by_run(instance, "training_dataset"),
+        _by_run(instance, "challenger_model"),
+    )
+    decisions = _by_run(instance, "champion_model")
+    rows = []
+    records = instance.get_run_records(dg.RunsFilter(job_name=RETRAINING_JOB), ascending=True)
+    for record in records:
+        run = record.dagster_run
+        dataset, challenger = datasets.get(run.run_id, {}), challengers.get(run.run_id, {})
+        decision = decisions.get(run.run_id, {})
+        seconds = (record.end_time or 0) - (record.start_time or 0)
+        rows.append(
+            {
+                "event_day": run.tags.get("flywheel/event_day", ""),
+                "trigger": run.tags.get("flywheel/trigger", ""),
+                "status": run.status.value,
+                "seconds": round(seconds),
+                "dataset": str(dataset.get("dvc_hash", ""))[:12],
+                "examples": dataset.get("dagster/row_count", ""),
+                "version": challenger.get("registered_model_version", ""),
+                "val_auroc": challenger.get("val/auroc", np.nan),
+                "decision": decision.get("decision", ""),
+                "reason": decision.get("reason", ""),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def label_spend(defs: dg.Definitions, judged: Judged) -> pd.DataFrame:
+    """Label tasks exported per selection reason, and how many came back labelled."""
+    task, example_id = judged.task, judged.spec.example_id
+    return resource(defs, "warehouse").query(
+        f"select t.reason, count(*) as exported, count(l.{example_id}) as labelled "
+        f"from raw.{task.label_tasks_table} t left join raw.{task.labels_table} l "
+        "using (task_id) group by t.reason order by exported desc"
+    )
