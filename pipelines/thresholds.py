@@ -23,7 +23,7 @@ class MonitoringSpec:
     max_auroc_drop: float = 0.05
     max_logloss_rise: float = 0.05
     cooldown_days: int = 7
-    flagged_segment_types: tuple[str, ...] = ("carrier", "route")
+    flagged_segment_types: tuple[str, ...] = ()
     top_segments: int = 5
     exclude_features: tuple[str, ...] = ()
 

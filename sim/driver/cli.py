@@ -220,7 +220,8 @@ def advance(days: int, start: date | None = None, env: str | None = None) -> int
     print(
         f"landed {len(report.days)} days ({span[0]}..{span[-1]}) into {zone.uri}: "
         f"{report.written} files written, {report.unchanged} unchanged, "
-        f"{report.flights_rows:,} flights rows; clock at {clock}"
+        + "".join(f"{n:,} {feed} rows, " for feed, n in report.rows.items())
+        + f"clock at {clock}"
     )
     return 0
 

@@ -33,11 +33,6 @@ class LandingReport:
     unchanged: int = 0
     rows: Counter[str] = field(default_factory=Counter)
 
-    @property
-    def flights_rows(self) -> int:
-        """Rows of the flights feed landed (none for a task without one)."""
-        return self.rows["flights"]
-
     def record(self, zone: LandingZone, files: dict[str, bytes]) -> None:
         """Write `files` to `zone`, counting which ones changed."""
         for key, data in files.items():

@@ -102,7 +102,7 @@ def test_sim_lands_a_day_into_s3(s3_env):
         "flights/2013-01-01.csv",
         "weather/2013-01-01.csv",
     ]
-    assert report.written == 5 and report.flights_rows == 842
+    assert report.written == 5 and report.rows["flights"] == 842
     assert zone.read_bytes("flights/2013-01-01.csv").count(b"\n") == 842 + 1
     assert land_days(zone, [date(2013, 1, 1)]).written == 0
 

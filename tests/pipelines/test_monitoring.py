@@ -18,7 +18,12 @@ from pipelines.lib.warehouse import DuckDBWarehouse, replace_rows
 from pipelines.monitoring import drift_table, flagged_segments, realized_performance
 from pipelines.thresholds import MonitoringSpec
 
-POLICY = MonitoringSpec(min_labels=100, cooldown_days=7, exclude_features=("scheduled_month",))
+POLICY = MonitoringSpec(
+    min_labels=100,
+    cooldown_days=7,
+    flagged_segment_types=("carrier", "route"),
+    exclude_features=("scheduled_month",),
+)
 
 
 def flights(n: int, seed: int, temp_shift: float = 0.0, carrier: str | None = None):

@@ -164,3 +164,11 @@ def test_a_ten_class_model_is_trained_evaluated_registered_and_scores_each_class
     assert np.allclose(scored[columns].sum(axis=1), 1.0)
     expected = scored[columns].to_numpy() @ np.arange(10) / 9
     assert np.allclose(scored.probability, expected)
+    # A month in which nobody rated anything is scored as what it is: nothing.
+    land_days(flywheel.zone, [date(1999, 8, 1)], TASK)
+    assert ("daily_warehouse_job", "1999-08-01") in play_landings(flywheel, movielens_defs)
+    (scoring,) = flywheel.instance.fetch_materializations(
+        dg.AssetRecordsFilter(dg.AssetKey("rating_predictions"), asset_partitions=["1999-08-01"]),
+        limit=1,
+    ).records
+    assert scoring.asset_materialization.metadata["dagster/row_count"].value == 0

@@ -43,7 +43,8 @@ def test_advance_lands_days_from_the_task_start(home, capsys, source_counts):
     rows = sum(source_counts["flights"][d] for d in days)
     out = capsys.readouterr().out
     assert f"landed 3 days (2013-01-01..2013-01-03) into {home / 'landing'}" in out
-    assert f"9 files written, 0 unchanged, {rows:,} flights rows; clock at 2013-01-03" in out
+    assert f"9 files written, 0 unchanged, {rows:,} flights rows, " in out
+    assert "clock at 2013-01-03" in out
 
 
 def test_advance_continues_after_the_clock(home, capsys):

@@ -78,6 +78,17 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
                     "and model_version = ?",
                     [first, last, current.version],
                 ).df()["probability"]
+        if recent.empty:  # nothing happened in the window (months without a rating, say)
+            context.log.warning(f"{spec.features_table} has no rows in {first}..{last}")
+            return dg.MaterializeResult(
+                metadata={
+                    "is_drifted": False,
+                    "drifted_features": [],
+                    "model_version": current.version,
+                    "window": f"{first}..{last}",
+                    "examples": 0,
+                }
+            )
         drift = drift_table(profile, recent, scores, spec.features, monitoring)
         flags = flagged_segments(profile, recent, drift, monitoring)
         drift = drift.assign(monitored_on=pd.Timestamp(day).date(), model_version=current.version)
