@@ -67,15 +67,19 @@ def export_candidates(
     (the predictions table is absent until a model exists)."""
     tasks = f"{RAW_SCHEMA}.{task.label_tasks_table}"
     predictions, key = spec.predictions_table, spec.example_id
+    nulls = "".join(f"cast(null as double precision) as {c}, " for c in spec.class_columns)
     scores = (
         f"left join {predictions} p on p.{key} = f.{key}"
         if con.has_relation(predictions)
         else f"left join (select cast(null as varchar) as {key}, "
-        "cast(null as double precision) as probability, cast(null as integer) as model_version) "
-        "p on false"
+        f"cast(null as double precision) as probability, {nulls}"
+        "cast(null as integer) as model_version) p on false"
     )
+    # With several classes, each one's probability too: how uncertain a pick is.
+    per_class = "".join(f"p.{c}, " for c in spec.class_columns)
     candidates = con.execute(
-        f"select f.*, p.probability as score, p.model_version from {spec.features_table} f "
+        f"select f.*, p.probability as score, {per_class}p.model_version "
+        f"from {spec.features_table} f "
         f"{scores} where f.{spec.time_column} = ? and f.{key} not in "
         f"(select {key} from {tasks} where _landing_date <> ?)",
         [day, day],

@@ -71,7 +71,9 @@ def select_for_labeling(
     Without any score, a seeded uniform sample ("random"). Otherwise a uniform "audit" sample of
     round(budget * audit_share) from all candidates keeps estimates unbiased; then scored examples
     in drift-flagged segments, most uncertain first ("drift_segment", at most half of what is
-    left); then scored examples by |score - 0.5| ascending, ties by `example_id` ("uncertainty");
+    left); then scored examples by their margin ascending, ties by `example_id` ("uncertainty"):
+    |score - 0.5| for a binary label, the two likeliest classes' gap where the candidates hold
+    each class's probability (`p_0`, `p_1`, ...);
     budget still left goes to a uniform sample of unscored examples ("random").
 
     A flagged segment type is a column of the candidates, or one of `segments`: a composite
@@ -138,7 +140,12 @@ def _by_uncertainty(
     pool: pd.DataFrame, scored: pd.Series, taken: set[int], example_id: str
 ) -> np.ndarray:
     """Positions of scored, untaken rows, most uncertain first, ties by example id."""
-    margin = (pool["score"] - 0.5).abs()
+    classes = [c for c in pool.columns if c.startswith("p_") and c[2:].isdigit()]
+    if len(classes) > 1:
+        top = np.sort(pool[classes].to_numpy(dtype=np.float64), axis=1)
+        margin = pd.Series(top[:, -1] - top[:, -2], index=pool.index)
+    else:
+        margin = (pool["score"] - 0.5).abs()
     order = pd.DataFrame({"margin": margin, "id": pool[example_id]})[scored]
     order = order.drop(index=list(taken), errors="ignore")
     return order.sort_values(["margin", "id"], kind="stable").index.to_numpy()

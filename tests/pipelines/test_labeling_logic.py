@@ -83,6 +83,18 @@ def test_uncertainty_picks_the_scores_closest_to_one_half_ties_by_flight_id():
     assert chosen["score"].tolist() == [0.5, 0.45, 0.55, 0.7]
 
 
+def test_with_each_class_probability_the_smallest_gap_between_the_two_likeliest_goes_first():
+    pool = candidates(4).assign(
+        p_0=[0.8, 0.4, 0.1, 0.34],
+        p_1=[0.1, 0.35, 0.1, 0.33],
+        p_2=[0.1, 0.25, 0.8, 0.33],
+    )
+    chosen = select(pool, budget=3, audit_share=0.0, seed=0)
+    assert chosen["reason"].tolist() == ["uncertainty"] * 3
+    # gaps: 0.7, 0.05, 0.7, 0.01 (whatever the scores); the 0.7 tie goes to the smaller id
+    assert chosen["flight_id"].tolist() == [pool.flight_id[3], pool.flight_id[1], pool.flight_id[0]]
+
+
 def test_drift_segments_come_first_and_take_at_most_half_of_the_remaining_budget():
     pool = candidates(40)
     flagged = pd.DataFrame(
