@@ -265,11 +265,12 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             )
             return 0
         retrain_runs = instance.get_run_records(dg.RunsFilter(job_name=RETRAINING_JOB))
+        unit = "days" if task.cadence == "daily" else "partitions"
         header = [
-            f"Simulated {span[0]}..{span[-1]} ({len(span)} days) in "
+            f"Simulated {span[0]}..{span[-1]} ({len(span)} {unit}) in "
             f"{time.monotonic() - began:.0f} s wall time; production from {production_start}.",
             f"Static model: version {registered[0].version}, trained once on the first "
-            f"{options.bootstrap_days} days. Retraining runs: {len(retrain_runs)}; tuning "
+            f"{options.bootstrap_days} {unit}. Retraining runs: {len(retrain_runs)}; tuning "
             f"budget {options.trials} trials x {options.max_epochs} epochs, challengers of "
             f"{options.members} networks.",
             "Driven by the Dagster daemon of the stack, a process per run."
