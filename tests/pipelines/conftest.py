@@ -170,3 +170,23 @@ def with_model(tmp_path: Path, **changes) -> Path:
     path = tmp_path / "task.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def play_landings(flywheel, defs: dg.Definitions) -> list[tuple[str, str | None]]:
+    """Evaluate the landing sensor and execute what it asks for, until it asks for nothing."""
+    sensor, cursor, ran = defs.resolve_sensor_def("landing_sensor"), None, []
+    for _ in range(6):
+        with dg.build_sensor_context(
+            instance=flywheel.instance, definitions=defs, resources=defs.resources, cursor=cursor
+        ) as context:
+            result = sensor.evaluate_tick(context)
+        cursor = result.cursor
+        for request in result.run_requests:
+            outcome = defs.resolve_job_def(request.job_name).execute_in_process(
+                instance=flywheel.instance,
+                partition_key=request.partition_key,
+                asset_selection=request.asset_selection,
+            )
+            assert outcome.success
+            ran.append((request.job_name, request.partition_key))
+    return ran

@@ -10,7 +10,7 @@ from pipelines.lib.dbt import FlywheelDbtCliResource
 from pipelines.lib.landing_zone import LocalLandingZone, S3LandingZone
 from pipelines.resources import landing_zone
 from sim.world.replay import land_days
-from tests.pipelines.conftest import source_rows
+from tests.pipelines.conftest import play_landings, source_rows
 
 
 def test_definitions_load_with_every_stage_grouped(flywheel):
@@ -89,23 +89,7 @@ def test_prod_reads_s3_and_builds_the_prod_dbt_target(
     defs = build_definitions()
     assert defs.resources["dbt"].target == "prod"
 
-    sensor = defs.resolve_sensor_def("landing_sensor")
-    cursor, ran = None, []
-    # The first evaluation finds the files, the second takes the dimension tables, the third
-    # (once they are built) the day.
-    for _ in range(3):
-        with dg.build_sensor_context(
-            instance=flywheel.instance, definitions=defs, resources=defs.resources, cursor=cursor
-        ) as context:
-            result = sensor.evaluate_tick(context)
-        cursor = result.cursor
-        for request in result.run_requests:
-            defs.resolve_job_def(request.job_name).execute_in_process(
-                instance=flywheel.instance,
-                partition_key=request.partition_key,
-                asset_selection=request.asset_selection,
-            )
-            ran.append((request.job_name, request.partition_key))
+    ran = play_landings(flywheel, defs)
     assert ran == [("dimension_warehouse_job", None), ("daily_warehouse_job", "2013-01-02")]
     assert defs.resources["warehouse"].dialect == "postgres"
     with defs.resources["warehouse"].connect() as con:

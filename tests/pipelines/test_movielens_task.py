@@ -14,29 +14,10 @@ from pipelines.definitions import build_definitions
 from pipelines.task import load_task
 from sim.world import movielens
 from sim.world.replay import land_days
+from tests.pipelines.conftest import play_landings
 
 TASK = load_task("movielens")
 MONTHS = [date(2000, 11, 1), date(2000, 12, 1)]
-
-
-def play_landings(flywheel, defs: dg.Definitions) -> list[tuple[str, str | None]]:
-    """Evaluate the landing sensor and execute what it asks for, until it asks for nothing."""
-    sensor, cursor, ran = defs.resolve_sensor_def("landing_sensor"), None, []
-    for _ in range(6):
-        with dg.build_sensor_context(
-            instance=flywheel.instance, definitions=defs, resources=defs.resources, cursor=cursor
-        ) as context:
-            result = sensor.evaluate_tick(context)
-        cursor = result.cursor
-        for request in result.run_requests:
-            outcome = defs.resolve_job_def(request.job_name).execute_in_process(
-                instance=flywheel.instance,
-                partition_key=request.partition_key,
-                asset_selection=request.asset_selection,
-            )
-            assert outcome.success
-            ran.append((request.job_name, request.partition_key))
-    return ran
 
 
 @pytest.fixture
