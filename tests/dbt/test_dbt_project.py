@@ -8,6 +8,7 @@ from pathlib import Path
 
 import duckdb
 
+from pipelines.contracts import TASKS_DIR
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.lib.dbt import DBT_PROJECT_DIR
 from pipelines.lib.warehouse import DuckDBConnection
@@ -16,11 +17,13 @@ from tests.pipelines.killing import lock_holder
 
 
 def empty_warehouse(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A warehouse with the raw tables and nothing in them, and the environment that points dbt
-    at it (target and logs under `tmp_path`)."""
+    """A warehouse with every task's raw tables and nothing in them (the project builds every
+    task's models), and the environment that points dbt at it (target and logs under
+    `tmp_path`)."""
     warehouse = tmp_path / "warehouse.duckdb"
     with duckdb.connect(str(warehouse)) as con:
-        ensure_raw_tables(DuckDBConnection(con), load_task())
+        for path in sorted(TASKS_DIR.glob("*.yaml")):
+            ensure_raw_tables(DuckDBConnection(con), load_task(path.stem))
     env = os.environ | {
         "FLYWHEEL_WAREHOUSE_PATH": str(warehouse),
         "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
@@ -97,7 +100,13 @@ def test_a_new_date_window_compiles_into_the_sql_without_reparsing(tmp_path):
     assert "PartialParsingSkipParsing" in names
     assert not {"UnableToPartialParse", "PartialParsingFile"} & names
     compiled = (
-        target / "compiled" / "flywheel" / "models" / "marts" / "fct_flight_features.sql"
+        target
+        / "compiled"
+        / "flywheel"
+        / "models"
+        / "flights"
+        / "marts"
+        / "fct_flight_features.sql"
     ).read_text()
     assert "flight_date >= cast('2013-02-03' as date)" in compiled
     assert "flight_date < cast('2013-02-05' as date)" in compiled

@@ -23,17 +23,29 @@ movies as (
 
 ),
 
+labels as (
+
+    select * from {{ ref('stg_labels__rating_labels') }}
+
+),
+
+every_event as (
+
+    select * from {{ ref('stg_landing__ratings') }}
+
+),
+
 -- every rating known so far, with whose and which film's it is
 known_ratings as (
 
     select
-        ratings.user_id,
-        ratings.movie_id,
+        every_event.user_id,
+        every_event.movie_id,
         labels.rating,
         labels.known_at
-    from {{ ref('stg_labels__rating_labels') }} as labels
-    inner join {{ ref('stg_landing__ratings') }} as ratings
-        on labels.rating_id = ratings.rating_id
+    from labels
+    inner join every_event
+        on labels.rating_id = every_event.rating_id
 
 ),
 
