@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ml.labels import class_indices
-from ml.metrics import auroc, logloss, multiclass_metrics
+from ml.metrics import auroc, logloss, multiclass_auroc, multiclass_metrics
 from pipelines.model_spec import ModelSpec
 from pipelines.task import Task, load_task
 from sim.world.sources import outcome_of
@@ -73,11 +73,14 @@ class Judged:
         outcomes `y` (the label's values); the AUC is NaN with one outcome only."""
         if self.classes is None:
             labels = np.asarray(y, dtype=np.float64)
-            auc = auroc(labels, probs) if self.judgeable(labels) else math.nan
-            return auc, logloss(labels, probs)
+            return self.auc(y, probs), logloss(labels, probs)
         figures = multiclass_metrics(class_indices(pd.Series(y), self.classes, "label"), probs)
-        auc = figures["auroc"] if self.judgeable(np.asarray(y)) else math.nan
-        return auc, figures["logloss"]
+        return (figures["auroc"] if self.judgeable(np.asarray(y)) else math.nan), figures["logloss"]
 
     def auc(self, y: np.ndarray, probs: np.ndarray) -> float:
-        return self.metrics(y, probs)[0]
+        """The production AUC alone (what the alarms are judged by)."""
+        if not self.judgeable(np.asarray(y)):
+            return math.nan
+        if self.classes is None:
+            return auroc(np.asarray(y, dtype=np.float64), probs)
+        return multiclass_auroc(class_indices(pd.Series(y), self.classes, "label"), probs)

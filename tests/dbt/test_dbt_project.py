@@ -22,8 +22,7 @@ def empty_warehouse(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     `tmp_path`)."""
     warehouse = tmp_path / "warehouse.duckdb"
     with duckdb.connect(str(warehouse)) as con:
-        for path in sorted(TASKS_DIR.glob("*.yaml")):
-            ensure_raw_tables(DuckDBConnection(con), load_task(path.stem))
+        ensure_every_tasks_raw_tables(DuckDBConnection(con))
     env = os.environ | {
         "FLYWHEEL_WAREHOUSE_PATH": str(warehouse),
         "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
@@ -31,6 +30,12 @@ def empty_warehouse(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         "DBT_LOG_PATH": str(tmp_path / "logs"),
     }
     return warehouse, env
+
+
+def ensure_every_tasks_raw_tables(con) -> None:
+    """Every task's raw tables (`pipelines/tasks/`): the project builds all their models."""
+    for path in sorted(TASKS_DIR.glob("*.yaml")):
+        ensure_raw_tables(con, load_task(path.stem))
 
 
 def dbt_command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:

@@ -326,14 +326,10 @@ def test_the_dbt_unit_tests_pass_on_postgres(postgres_warehouse, tmp_path):
     """The models' unit tests (among them the as-of join's lookback edges, which on PostgreSQL
     run the project's own `postgres__asof_join`) and every data test on empty tables, on the
     `prod` target."""
-    from pipelines.contracts import TASKS_DIR
-    from pipelines.ingestion import ensure_raw_tables
-    from pipelines.task import load_task
-    from tests.dbt.test_dbt_project import dbt_command
+    from tests.dbt.test_dbt_project import dbt_command, ensure_every_tasks_raw_tables
 
     with postgres(postgres_warehouse).connect() as con:
-        for path in sorted(TASKS_DIR.glob("*.yaml")):  # the project builds every task's models
-            ensure_raw_tables(con, load_task(path.stem))
+        ensure_every_tasks_raw_tables(con)
     env = postgres_warehouse | {
         "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
         "DBT_TARGET_PATH": str(tmp_path / "target"),
