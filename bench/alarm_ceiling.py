@@ -97,7 +97,7 @@ def errors(
     days = pd.to_datetime(flights.flight_date).dt.date
     out = []
     for row in table.itertuples():
-        index = judged_window(days, row.event_day, last_day)
+        index = judged_window(days, row.event_day, last_day, _judged().task, trigger=row.trigger)
         if pd.isna(row.gain) or index is None:
             out.append(np.nan)
             continue
@@ -146,7 +146,7 @@ def main() -> None:
     defs, (first, last) = played_state(args.home.resolve())
     flights = production_examples(defs, _judged(), first, last)
     with dg.DagsterInstance.get() as instance:
-        runs = retrainings(instance)
+        runs = retrainings(instance, _judged().task.name)
     runs["champion"] = champions(runs, flights, _judged())
     labels = resource(defs, "warehouse").query(
         "select l.flight_id, t.reason from raw.flight_labels l join raw.label_tasks t "

@@ -47,7 +47,9 @@ def figures(instance: dg.DagsterInstance, drift_day: date) -> None:
     retrainings = instance.get_run_records(dg.RunsFilter(job_name="retraining_job"), ascending=True)
     decisions = {
         r.run_id: r
-        for r in instance.fetch_materializations(dg.AssetKey("champion_model"), limit=1000).records
+        for r in instance.fetch_materializations(
+            dg.AssetKey(["flights", "champion_model"]), limit=1000
+        ).records
     }
     first_sensor = None
     for record in retrainings:
@@ -85,7 +87,7 @@ def humidity_figures(instance: dg.DagsterInstance, drift_day: date, landed_at: f
             record.dagster_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
         ):
             evaluation = entry.dagster_event.event_specific_data
-            if evaluation.asset_key != dg.AssetKey("raw_weather"):
+            if evaluation.asset_key != dg.AssetKey(["flights", "raw_weather"]):
                 continue
             if evaluation.check_name != "humidity":
                 continue

@@ -26,10 +26,10 @@ def prepare(home: Path, days: list[date]) -> tuple[dg.Definitions, dg.DagsterIns
     os.environ["FLYWHEEL_WAREHOUSE_PATH"] = str(home / "warehouse.duckdb")
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
     from pipelines.definitions import build_definitions
-    from pipelines.lib.landing_zone import LocalLandingZone
+    from pipelines.resources import landing_zone
     from sim.world.replay import land_days
 
-    land_days(LocalLandingZone(root=str(home / "landing")), days)
+    land_days(landing_zone("local"), days)
     (home / "dagster").mkdir(parents=True)
     (home / "dagster" / "dagster.yaml").write_text((REPO / "deploy/dagster.yaml").read_text())
     instance = dg.DagsterInstance.from_config(str(home / "dagster"))

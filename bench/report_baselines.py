@@ -9,7 +9,7 @@ other, the weeks from `--since` to the last played:
    the days (`encode` per fit, joblib processes): the code of that time, kept here;
 2. every fit after the last day, as the report makes them without the fits made during the days
    (the features encoded once: `sim.judge.reference.Columns`);
-3. the ceiling's and the reference's fits made by `sim.judge.reference.BaselineFits` as the
+3. the ceiling's and the reference's fits made by `sim.judge.baseline_fits.BaselineFits` as the
    simulation feeds it, week by week with the labels spent so far (the seconds until its last
    result: on an otherwise idle machine, not alongside the days), then what is left for the
    report after the last day: the check of each fit's inputs, and the fits whose inputs
@@ -50,7 +50,7 @@ def fits_per_call(
         end = week + timedelta(days=7)
         scored = flights[(flights.flight_date >= week) & (flights.flight_date < end)]
         y = scored[features.label].to_numpy(dtype=np.int64)
-        row: dict[str, object] = {"week": week}
+        row: dict[str, object] = {"period": week}
         for name, pool in (("reference", sample), ("ceiling", flights)):
             train = pool[pool.flight_date < week]
             labels = train[features.label].to_numpy(dtype=np.int64)
@@ -75,16 +75,17 @@ def main() -> int:
 
     from pipelines.definitions import defs
     from pipelines.task import load_task
+    from sim.judge.baseline_fits import BaselineFits
     from sim.judge.examples import Judged
-    from sim.judge.reference import BaselineFits, weekly_reference
-    from sim.judge.report import labels_per_day, played_examples, resource
+    from sim.judge.reference import reference_by_period
+    from sim.judge.report import labels_per_partition, played_examples, resource
 
     features = load_task().model.features
     warehouse = resource(defs, "warehouse")
     last = warehouse.query("select max(flight_date) as d from fct_flight_features").d[0]
     last = pd.Timestamp(last).date()
     flights = played_examples(warehouse, Judged.of("flights"), last)
-    per_day = labels_per_day(warehouse, Judged.of("flights"))
+    per_day = labels_per_partition(warehouse, Judged.of("flights"))
     first = args.since - timedelta(days=args.since.weekday())
     weeks = [first + timedelta(weeks=k) for k in range((last - first).days // 7 + 1)]
     print(f"{len(flights):,} flights played up to {last}; {len(weeks)} weeks from {first}")
@@ -94,11 +95,11 @@ def main() -> int:
     print(f"1. every fit after the last day, encoded per fit: {time.perf_counter() - began:.1f} s")
 
     began = time.perf_counter()
-    now = weekly_reference(flights, per_day, weeks, features)
+    now = reference_by_period(flights, per_day, weeks, features, "flight_date")
     print(f"2. every fit after the last day, encoded once: {time.perf_counter() - began:.1f} s")
 
     began = time.perf_counter()
-    fits, sent = BaselineFits(features), None
+    fits, sent = BaselineFits(features, "flight_date"), None
     for week in weeks:
         end = week + timedelta(days=6)
         if end > last:
@@ -110,7 +111,7 @@ def main() -> int:
     fitted = fits.results()
     during = time.perf_counter() - began
     began = time.perf_counter()
-    reused = weekly_reference(flights, per_day, weeks, features, fitted=fitted)
+    reused = reference_by_period(flights, per_day, weeks, features, "flight_date", fitted=fitted)
     print(
         f"3. the baselines' {len(fitted)} fits in the idle-priority process: {during:.1f} s; "
         f"what is left after the last day: {time.perf_counter() - began:.1f} s"

@@ -32,7 +32,7 @@ from bench import quiet_lightning
 from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.models import TabularNet
-from ml.synthetic import make_flights
+from ml.synthetic import FEATURES, make_table
 from ml.training import build_module
 
 Window = tuple[float, float]
@@ -282,8 +282,8 @@ def main() -> None:
         args.precisions = ["bf16", "fp32"] if args.device == "gpu" else ["fp32"]
     logging.basicConfig(level=logging.WARNING)
     quiet_lightning()
-    frame = make_flights(args.rows, seed=0)
-    dm = TabularDataModule(frame, frame.head(1000))
+    frame = make_table(args.rows, seed=0)
+    dm = TabularDataModule(frame, frame.head(1000), features=FEATURES)
     sampler = BusySampler(args.device)
     device = torch.cuda.get_device_name() if args.device == "gpu" else args.device
     rows: list[Row] = []

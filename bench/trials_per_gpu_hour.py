@@ -35,7 +35,7 @@ import torch
 from bench.train_throughput import BusySampler
 from ml.config import ModelConfig, SearchSpace, TrainConfig
 from ml.data import TabularDataModule
-from ml.synthetic import make_flights
+from ml.synthetic import FEATURES, make_table
 from ml.training import share_cores, train
 
 
@@ -62,8 +62,9 @@ def worker(args: argparse.Namespace) -> None:
         share_cores(args.workers)  # as ml.tuning.run_worker does
     logging.basicConfig(level=logging.ERROR)
     dm = TabularDataModule(
-        make_flights(args.rows, seed=0),
-        make_flights(max(args.rows // 5, 1000), seed=1, unseen=True),
+        make_table(args.rows, seed=0),
+        make_table(max(args.rows // 5, 1000), seed=1, unseen=True),
+        features=FEATURES,
         batch_size=args.batch_size,
     )
     print(json.dumps({"ready": time.time()}), flush=True)

@@ -2,12 +2,13 @@
 
 Both studies run their trials one after another (the same number unless ``--hyperband-trials``
 gives the pruned study more: what pruning buys is more configurations for the same compute), with
-the same TPE seed on the same data: a synthetic flights table, or with ``--dataset`` a training
-dataset of the real flights the flywheel wrote. A study's compute to a target is the sum of its
-trials' seconds (and epochs) in trial order up to the first complete trial at or below it; the
-target is the no-pruning study's best (plus ``--tolerance``). ``ratio`` is Hyperband's compute to
-the target over the no-pruning study's; with several ``--seeds`` (a pair of studies each), their
-median (a Hyperband study that never reaches the target counts as infinite).
+the same TPE seed on the same data: a synthetic table (``ml.synthetic``), or with ``--dataset`` a
+training dataset the flywheel wrote for the task of the settings (FLYWHEEL_TASK, else the default
+task). A study's compute to a target is the sum of its trials' seconds (and epochs) in trial order
+up to the first complete trial at or below it; the target is the no-pruning study's best (plus
+``--tolerance``). ``ratio`` is Hyperband's compute to the target over the no-pruning study's; with
+several ``--seeds`` (a pair of studies each), their median (a Hyperband study that never reaches
+the target counts as infinite).
 Run: python -m bench.tuning_pruning --rows 50000 --trials 30 --max-epochs 9 --seeds 0 1 2
      python -m bench.tuning_pruning --dataset data/datasets/flights --trials 30 --seeds 0 1 2
 """
@@ -27,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ml.config import ModelConfig, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
-from ml.synthetic import make_flights
+from ml.synthetic import FEATURES, make_table
 from ml.tuning import create_study, tune
 
 
@@ -120,13 +121,17 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.dataset:
         # A training dataset the flywheel wrote (data/datasets/<task>/ after `make flywheel`).
+        from pipelines.task import load_task
+
+        features = load_task().model.features
         train_split, val_split = args.dataset / "train.parquet", args.dataset / "validation.parquet"
-        args.rows = len(pd.read_parquet(train_split, columns=["is_late"]))
+        args.rows = len(pd.read_parquet(train_split, columns=[features.label]))
     else:
+        features = FEATURES
         n_val = max(args.rows // 5, 1000)
-        train_split = make_flights(args.rows, seed=0)
-        val_split = make_flights(n_val, seed=1, unseen=True)
-    dm = TabularDataModule(train_split, val_split, batch_size=args.batch_size)
+        train_split = make_table(args.rows, seed=0)
+        val_split = make_table(n_val, seed=1, unseen=True)
+    dm = TabularDataModule(train_split, val_split, features=features, batch_size=args.batch_size)
     print(
         f"rows={args.rows:,} trials={args.trials} (hyperband: {args.hyperband_trials}) "
         f"max_epochs={args.max_epochs} "

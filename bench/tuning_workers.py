@@ -25,7 +25,7 @@ import torch
 from bench import quiet_lightning
 from ml.config import ModelConfig, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
-from ml.synthetic import make_flights
+from ml.synthetic import FEATURES, make_table
 from ml.tuning import tune
 
 
@@ -45,7 +45,10 @@ def main() -> None:
 
     print(f"{os.cpu_count()} CPUs, CUDA: {torch.cuda.is_available()}", flush=True)
     dm = TabularDataModule(
-        make_flights(args.rows, seed=1), make_flights(args.rows // 4, seed=2), batch_size=1024
+        make_table(args.rows, seed=1),
+        make_table(args.rows // 4, seed=2),
+        features=FEATURES,
+        batch_size=1024,
     )
     train = TrainConfig(
         max_epochs=args.max_epochs,

@@ -49,12 +49,12 @@ def prepare(home: Path, days: list[date], warehouse: dict[str, str] | None, writ
     """Land `days`, make the instance (the warehouse pool's limit `writers`), load dimensions."""
     import dagster as dg
 
-    from pipelines.lib.landing_zone import LocalLandingZone
     from pipelines.lib.warehouse import WAREHOUSE_POOL
+    from pipelines.resources import landing_zone
     from sim.world.replay import land_days
 
     environment(home, warehouse)
-    land_days(LocalLandingZone(root=str(home / "landing")), days)
+    land_days(landing_zone("local"), days)
     (home / "dagster").mkdir(parents=True)
     (home / "dagster" / "dagster.yaml").write_text((REPO / "deploy/dagster.yaml").read_text())
     defs = definitions(warehouse)

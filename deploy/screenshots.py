@@ -2,12 +2,14 @@
 
     .venv/bin/python -m deploy.screenshots --out docs/images     # or: make docs-screenshots
 
-It plays eight days from 2013-09-02 with a planted drift (the first model after six days, then
-a retraining the drift sensor launches on the drift's first day) under a FLYWHEEL_HOME and
-DAGSTER_HOME of its own in a temporary folder, serves that instance with `dagster-webserver`
-on a free 127.0.0.1 port, and saves, in `--out`:
+It plays eight days of flights from 2013-09-02 with a planted drift (the first model after six
+days, then a retraining the drift sensor launches on the drift's first day), then seven months of
+ratings from 1999-06-01 (the first model after six), each under a FLYWHEEL_HOME of its own and
+both in one Dagster instance (a DAGSTER_HOME of their own) in a temporary folder; serves that
+instance with `dagster-webserver` over `workspace.yaml` (a code location per task) on a free
+127.0.0.1 port, and saves, in `--out`:
 
-- asset-graph.png: the global asset graph, every group expanded;
+- asset-graph.png: the global asset graph of both tasks, every group expanded;
 - sensor-run.png: the run page of the sensor's retraining, its tags open (the sensor's name);
 - evaluation-metadata.png: the latest materialization of `model_evaluation`, its metadata.
 
@@ -45,17 +47,29 @@ PLAYWRIGHT = "1.65.2"
 # The smallest simulation with a sensor-launched retraining: held-out windows of two days let the
 # first model train after six; the weather feed turns to Celsius on the eighth day, the drift
 # sensor fires that day and its retraining evaluates and promotes a challenger.
-SIMULATION = [
-    *("run", "--start", "2013-09-02", "--days", "8", "--bootstrap-days", "6"),
-    *("--drift", "celsius@2013-09-09", "--validation-days", "2", "--test-days", "2"),
-    *("--trials", "1", "--max-epochs", "2", "--no-baselines", "--brief"),
-]
+# The ratings task: six months to its first model (enough labelled months to train, validate
+# and test on), one scored month after it.
+SIMULATIONS = {
+    "flights": [
+        *("run", "--start", "2013-09-02", "--days", "8", "--bootstrap-days", "6"),
+        *("--drift", "celsius@2013-09-09", "--validation-days", "2", "--test-days", "2"),
+        *("--trials", "1", "--max-epochs", "2", "--no-baselines", "--brief"),
+    ],
+    "movielens": [
+        *("run", "--start", "1999-06-01", "--days", "7", "--bootstrap-days", "6"),
+        *("--validation-days", "1", "--test-days", "1"),
+        *("--trials", "1", "--max-epochs", "2", "--no-baselines", "--brief"),
+    ],
+}
 EVALUATION_ASSET = "model_evaluation"
+# The task whose runs and evaluation the run and evaluation pages show.
+SHOWN_TASK = "flights"
 SENSOR_TAG = "dagster/sensor_name"
 LOCATION_QUERY = """{ workspaceOrError { __typename ... on Workspace { locationEntries {
   name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
-RUNS_QUERY = """{ runsOrError(filter: {pipelineName: "retraining_job", statuses: [SUCCESS]},
-  limit: 20) { __typename ... on Runs { results { runId tags { key value } } } } }"""
+RUNS_QUERY = """{ runsOrError(filter: {pipelineName: "retraining_job", statuses: [SUCCESS],
+  tags: [{key: "flywheel/task", value: "%s"}]}, limit: 20) {
+  __typename ... on Runs { results { runId tags { key value } } } } }"""
 # Where the asset graph is drawn (scaled) and where its viewport starts, on the page.
 GRAPH_BOX = """() => {
   const svg = document.querySelector('svg[class*=svgContainer]');
@@ -169,7 +183,7 @@ def stop(process: subprocess.Popen) -> None:
 
 def sensor_run(url: str) -> tuple[str, str]:
     """The newest successful retraining run a sensor launched: its id and the sensor's name."""
-    for run in graphql(url, RUNS_QUERY)["runsOrError"].get("results") or []:
+    for run in graphql(url, RUNS_QUERY % SHOWN_TASK)["runsOrError"].get("results") or []:
         tags = {tag["key"]: tag["value"] for tag in run["tags"]}
         if SENSOR_TAG in tags:
             return run["runId"], tags[SENSOR_TAG]
@@ -218,13 +232,17 @@ def asset_graph(page: Page, url: str, path: Path) -> None:
     # double click on the background fits it again.
     toolbar = page.get_by_role("button", name="Materialize all").bounding_box()
     margin = toolbar["y"] + toolbar["height"] + 32
-    box = page.evaluate(GRAPH_BOX)
-    height = int(box["top"] + box["graphHeight"] + 2 * (margin - box["top"])) + 1
-    page.set_viewport_size({"width": width, "height": height})
-    page.mouse.dblclick(box["left"] + 8, height - 8)
-    page.wait_for_timeout(1_500)
-    box = page.evaluate(GRAPH_BOX)
-    if box["graphTop"] < margin - 12 or box["graphTop"] + box["graphHeight"] > height:
+    # Fitting again in a taller window scales the graph again: a few rounds until it holds.
+    for _ in range(4):
+        box = page.evaluate(GRAPH_BOX)
+        height = int(box["top"] + box["graphHeight"] + 2 * (margin - box["top"])) + 1
+        page.set_viewport_size({"width": width, "height": height})
+        page.mouse.dblclick(box["left"] + 8, height - 8)
+        page.wait_for_timeout(1_500)
+        box = page.evaluate(GRAPH_BOX)
+        if box["graphTop"] >= margin - 12 and box["graphTop"] + box["graphHeight"] <= height:
+            break
+    else:
         raise RuntimeError(f"the asset graph does not fit the window: {box}")
     page.screenshot(path=str(path))
 
@@ -242,7 +260,7 @@ def run_page(page: Page, url: str, run_id: str, sensor: str, path: Path) -> None
 def evaluation(page: Page, url: str, path: Path) -> None:
     """The evaluation asset's newest materialization and all of its metadata."""
     page.set_viewport_size({"width": 1600, "height": 900})
-    page.goto(f"{url}/assets/{EVALUATION_ASSET}?view=events")
+    page.goto(f"{url}/assets/{SHOWN_TASK}/{EVALUATION_ASSET}?view=events")
     settle(page, page.get_by_text("Materialized in run"))
     # The metadata scrolls in its panel: the window grows by what is hidden.
     hidden = page.evaluate(
@@ -256,11 +274,15 @@ def evaluation(page: Page, url: str, path: Path) -> None:
 
 
 def play_and_shoot(state: Path, python: Path, out: Path) -> None:
-    """Play the simulation under `state`, serve its instance and take the screenshots."""
+    """Play the simulations under `state`, serve their instance and take the screenshots."""
     env = state_environment(state / "home")
-    print(f"playing the simulation under {state}", flush=True)
-    if subprocess.run([sys.executable, "-m", "sim", *SIMULATION], cwd=REPO, env=env).returncode:
-        raise SystemExit("the simulation failed (its output is above)")
+    for task, simulation in SIMULATIONS.items():
+        # Each task's world and pipeline state of its own, one Dagster instance for both.
+        own = {**state_environment(state / task), "DAGSTER_HOME": env["DAGSTER_HOME"]}
+        print(f"playing the {task} simulation under {state / task}", flush=True)
+        command = [sys.executable, "-m", "sim", *simulation]
+        if subprocess.run(command, cwd=REPO, env={**own, "FLYWHEEL_TASK": task}).returncode:
+            raise SystemExit(f"the {task} simulation failed (its output is above)")
     with webserver(env, state / "webserver.log") as url:
         run_id, sensor = sensor_run(url)
         print(f"webserver {url}: shooting run {run_id} of {sensor}", flush=True)

@@ -1,4 +1,4 @@
-"""Configuration dataclasses; the defaults describe the flights late-arrival task."""
+"""Configuration dataclasses of the data, the model, training and tuning."""
 
 from __future__ import annotations
 
@@ -7,49 +7,15 @@ from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
 
-FLIGHT_CATEGORICAL: tuple[str, ...] = (
-    "carrier",
-    "origin",
-    "dest",
-    "route",
-    "plane_manufacturer",
-    "plane_type",
-    "plane_engine",
-)
-FLIGHT_NUMERIC: tuple[str, ...] = (
-    "scheduled_hour",
-    "scheduled_weekday",
-    "scheduled_month",
-    "distance",
-    "temp",
-    "dewp",
-    "humid",
-    "wind_dir",
-    "wind_speed",
-    "wind_gust",
-    "precip",
-    "pressure",
-    "visib",
-    "plane_age_years",
-    "plane_seats",
-    "plane_engines",
-    "route_late_rate",
-    "route_labelled_count",
-    "carrier_late_rate",
-    "carrier_labelled_count",
-    "origin_hour_late_rate",
-    "origin_hour_labelled_count",
-)
-
 
 @dataclass(frozen=True)
 class FeatureConfig:
     """Which columns of a split table are features, the label and identifiers."""
 
-    categorical: tuple[str, ...] = FLIGHT_CATEGORICAL
-    numeric: tuple[str, ...] = FLIGHT_NUMERIC
-    label: str = "is_late"
-    id_columns: tuple[str, ...] = ("flight_id", "flight_date")
+    categorical: tuple[str, ...]
+    numeric: tuple[str, ...]
+    label: str
+    id_columns: tuple[str, ...] = ()
     # A column of per-row training weights (importance weights for labels that were not drawn
     # uniformly); None: every row weighs the same.
     weight: str | None = None
@@ -149,8 +115,8 @@ class TuneConfig:
     n_trials: int | None = 20
     timeout_s: float | None = None
     # A file path selects a journal file; anything with "://" is an RDB URL passed to Optuna.
-    storage: str = ".flywheel/optuna/flights.journal"
-    study_name: str = "flights-is-late"
+    storage: str = ".flywheel/optuna/study.journal"
+    study_name: str = "study"
     # Each queued trial draws its configuration from this seed, the study's name and the trial's
     # slot (ml.tuning.slot_seed): the same draws in any worker, and after a kill.
     sampler_seed: int = 0

@@ -118,7 +118,8 @@ class DeviceBatches:
 
 
 class TabularDataModule(L.LightningDataModule):
-    """Fits the preprocessor on train, then serves all splits from tensors on the device."""
+    """Fits the preprocessor of ``features`` on train (or takes a fitted ``preprocessor`` and
+    its features), then serves all splits from tensors on the device."""
 
     def __init__(
         self,
@@ -133,7 +134,10 @@ class TabularDataModule(L.LightningDataModule):
         min_steps_per_epoch: int = 1,
     ):
         super().__init__()
-        features = preprocessor.features if preprocessor else features or FeatureConfig()
+        if preprocessor is not None:
+            features = preprocessor.features
+        elif features is None:
+            raise ValueError("give the features, or a fitted preprocessor that holds them")
         frames = {"train": train, "val": val} | ({"test": test} if test is not None else {})
         frames = {name: _read(split, features) for name, split in frames.items()}
         self.preprocessor = preprocessor or Preprocessor.fit(frames["train"], features)

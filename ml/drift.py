@@ -142,7 +142,7 @@ def build_training_profile(
 
     prediction = None
     if predictions is not None:
-        # Scores may come from another sample of the population (e.g. later days' flights).
+        # Scores may come from another sample of the population (e.g. later days' rows).
         prediction = numeric_profile(PREDICTION, _scores(predictions))
     return TrainingProfile(
         n_rows=len(frame),

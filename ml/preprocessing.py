@@ -28,9 +28,8 @@ class Preprocessor:
     stds: list[float]
 
     @classmethod
-    def fit(cls, train: pd.DataFrame, features: FeatureConfig | None = None) -> Preprocessor:
+    def fit(cls, train: pd.DataFrame, features: FeatureConfig) -> Preprocessor:
         """Fit vocabularies and standardisation statistics on the training split only."""
-        features = features or FeatureConfig()
         vocabularies = {
             col: _vocabulary(train[col], features.min_category_frequency)
             for col in features.categorical

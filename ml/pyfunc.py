@@ -54,9 +54,8 @@ class CheckpointModel(PythonModel):
         return output_frame(self._predictor.predict_proba(model_input))
 
 
-def model_input(frame: pd.DataFrame, features: FeatureConfig | None = None) -> pd.DataFrame:
+def model_input(frame: pd.DataFrame, features: FeatureConfig) -> pd.DataFrame:
     """Return the feature columns of ``frame`` as the model takes them (numerics as float64)."""
-    features = features or FeatureConfig()
     # Integer columns become doubles so that a later batch with missing values still conforms.
     numeric = frame[list(features.numeric)].astype(np.float64)
     return pd.concat([frame[list(features.categorical)], numeric], axis=1)
@@ -82,7 +81,7 @@ def log_model(
     checkpoint_path: str | Path,
     example_frame: pd.DataFrame,
     registered_model_name: str,
-    features: FeatureConfig | None = None,
+    features: FeatureConfig,
     name: str = "model",
     n_examples: int = 5,
     tags: dict[str, str] | None = None,

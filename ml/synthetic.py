@@ -1,14 +1,55 @@
-"""Synthetic flights tables with a learnable signal, nulls and optional unseen categories.
+"""A synthetic table with a learnable signal, nulls and optional unseen categories.
 
-Used by tests and benchmarks; the columns follow ``FeatureConfig``'s flights defaults.
+Used by tests and benchmarks; ``FEATURES`` describes the columns of ``make_table``,
+``RATED_FEATURES`` those of ``make_rated_table``.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
-from ml.config import FLIGHT_NUMERIC
+from ml.config import FeatureConfig
+
+CATEGORICAL: tuple[str, ...] = (
+    "carrier",
+    "origin",
+    "dest",
+    "route",
+    "plane_manufacturer",
+    "plane_type",
+    "plane_engine",
+)
+# The order of the columns' draws: changing it changes every table.
+NUMERIC: tuple[str, ...] = (
+    "scheduled_hour",
+    "scheduled_weekday",
+    "scheduled_month",
+    "distance",
+    "temp",
+    "dewp",
+    "humid",
+    "wind_dir",
+    "wind_speed",
+    "wind_gust",
+    "precip",
+    "pressure",
+    "visib",
+    "plane_age_years",
+    "plane_seats",
+    "plane_engines",
+    "route_late_rate",
+    "route_labelled_count",
+    "carrier_late_rate",
+    "carrier_labelled_count",
+    "origin_hour_late_rate",
+    "origin_hour_labelled_count",
+)
+FEATURES = FeatureConfig(
+    categorical=CATEGORICAL, numeric=NUMERIC, label="is_late", id_columns=("row_id", "row_date")
+)
 
 CARRIERS = np.array(["AA", "B6", "DL", "EV", "MQ", "UA", "US", "WN"])
 CARRIER_EFFECT = np.array([-0.4, 0.3, -0.6, 0.8, 0.5, 0.0, -0.2, 0.2])
@@ -17,13 +58,13 @@ DESTS = np.array([f"D{i:02d}" for i in range(25)])
 MAKERS = np.array(["BOEING", "AIRBUS", "EMBRAER", "BOMBARDIER"])
 
 
-def make_flights(n: int, seed: int, unseen: bool = False) -> pd.DataFrame:
-    """Return ``n`` flights with a known late-arrival signal; ``unseen`` adds new categories."""
+def make_table(n: int, seed: int, unseen: bool = False) -> pd.DataFrame:
+    """Return ``n`` rows with a known signal in ``is_late``; ``unseen`` adds new categories."""
     rng = np.random.default_rng(seed)
     carrier_idx = rng.integers(0, len(CARRIERS), n)
     origin = ORIGINS[rng.integers(0, len(ORIGINS), n)]
     dest = DESTS[rng.integers(0, len(DESTS), n)]
-    num = {col: rng.normal(size=n) for col in FLIGHT_NUMERIC}
+    num = {col: rng.normal(size=n) for col in NUMERIC}
     num["scheduled_hour"] = rng.integers(5, 24, n).astype(float)
     num["scheduled_weekday"] = rng.integers(0, 7, n).astype(float)
     num["scheduled_month"] = rng.integers(1, 13, n).astype(float)
@@ -49,8 +90,8 @@ def make_flights(n: int, seed: int, unseen: bool = False) -> pd.DataFrame:
     maker[rng.random(n) < 0.08] = None
     frame = pd.DataFrame(
         {
-            "flight_id": np.char.add(f"f{seed}-", np.arange(n).astype(str)),
-            "flight_date": pd.Timestamp("2013-01-01").date(),
+            "row_id": np.char.add(f"r{seed}-", np.arange(n).astype(str)),
+            "row_date": pd.Timestamp("2013-01-01").date(),
             "is_late": is_late,
             "carrier": carrier,
             "origin": origin,
@@ -64,20 +105,23 @@ def make_flights(n: int, seed: int, unseen: bool = False) -> pd.DataFrame:
     return frame.assign(**num)
 
 
-# The label values of ``make_rated_flights`` unless told otherwise: a 1-5 star rating.
+# The label values of ``make_rated_table`` unless told otherwise: a 1-5 star rating.
 RATINGS = (1.0, 2.0, 3.0, 4.0, 5.0)
+# The columns of ``make_rated_table`` with its default classes; ``replace(RATED_FEATURES,
+# classes=...)`` for others.
+RATED_FEATURES = replace(FEATURES, label="rating", classes=RATINGS)
 
 
-def make_rated_flights(
+def make_rated_table(
     n: int, seed: int, classes: tuple = RATINGS, unseen: bool = False
 ) -> pd.DataFrame:
-    """``make_flights`` with an ordinal ``rating`` column holding one of ``classes`` (lowest
+    """``make_table`` with an ordinal ``rating`` column holding one of ``classes`` (lowest
     first): a latent score of hour, carrier, precipitation and wind plus logistic noise, cut at
     fixed, evenly spaced points into ``len(classes)`` ordered classes."""
     if len(classes) < 2:
         raise ValueError(f"classes must hold at least two values, got {classes!r}")
-    frame = make_flights(n, seed, unseen)
-    # Its own generator: the flights are make_flights' own, draw for draw.
+    frame = make_table(n, seed, unseen)
+    # Its own generator: the rows are make_table's own, draw for draw.
     rng = np.random.default_rng([seed, len(classes)])
     effect = dict(zip(CARRIERS, CARRIER_EFFECT, strict=True))
     latent = (

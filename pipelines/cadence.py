@@ -12,6 +12,13 @@ from typing import Literal
 
 Cadence = Literal["daily", "weekly", "monthly"]
 CADENCES: tuple[Cadence, ...] = ("daily", "weekly", "monthly")
+# When the retraining schedule ticks (UTC): every Monday for a daily or weekly task, the first of
+# every month for a monthly one, at 04:00, after the night's landings.
+RETRAINING_CRON: dict[Cadence, tuple[str, str]] = {
+    "daily": ("0 4 * * 1", "every Monday"),
+    "weekly": ("0 4 * * 1", "every Monday"),
+    "monthly": ("0 4 1 * *", "on the first of every month"),
+}
 
 
 def check_cadence(cadence: object, first: date, where: str) -> Cadence:

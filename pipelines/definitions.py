@@ -1,8 +1,14 @@
-"""The code location: every asset, check, job, sensor and resource of the flywheel."""
+"""The code locations: every asset, check, job, sensor and resource of a task.
+
+`defs` serves the task the settings name (FLYWHEEL_TASK, else the default task); an attribute
+named like a task (a file `pipelines/tasks/<name>.yaml`) serves that task, so `workspace.yaml`
+lists one code location per task, loaded, deployed and failing separately.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 
 import dagster as dg
 
@@ -18,11 +24,12 @@ from pipelines.defs.training.assets import GPU_TAGS, build_training_assets
 from pipelines.defs.warehouse.assets import build_dbt_assets
 from pipelines.labeling.assets import build_labeling_assets
 from pipelines.labeling.triggers import build_labeling_triggers
+from pipelines.lib.asset_keys import task_run_config
 from pipelines.lib.partitions import landing_partitions
-from pipelines.lib.runs import RETRAINING_JOB
+from pipelines.lib.runs import RETRAINING_JOB, TASK_TAG
 from pipelines.resources import build_resources
 from pipelines.settings import retraining_run_config, sensor_interval_s
-from pipelines.task import load_task
+from pipelines.task import load_task, task_name, task_names
 
 
 def build_definitions(
@@ -34,6 +41,8 @@ def build_definitions(
     with `resources` in place of the environment's own where given."""
     task = load_task(task_name)
     interval_s = sensor_interval_s()
+    # Several tasks' code locations share one instance: each run says whose it is.
+    tags = {TASK_TAG: task.name}
     ingestion = {a.key.path[-1]: a for a in build_ingestion_assets(task)}
     daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]
     dimension_raw = [ingestion[f.asset_name] for f in task.dimension_feeds]
@@ -45,11 +54,13 @@ def build_definitions(
         "daily_warehouse_job",
         selection=dg.AssetSelection.assets(*daily_raw, daily_dbt, predictions, feature_drift),
         partitions_def=landing_partitions(task),
+        tags=tags,
         description="Ingest landing days, build their models, score their examples, check drift.",
     )
     dimension_job = dg.define_asset_job(
         "dimension_warehouse_job",
         selection=dg.AssetSelection.assets(*dimension_raw, dimension_dbt),
+        tags=tags,
         description="Ingest the dimension tables and build the models over them.",
     )
     landing_sensor = build_landing_sensor(
@@ -66,12 +77,14 @@ def build_definitions(
         "label_export_job",
         selection=dg.AssetSelection.assets(label_tasks),
         partitions_def=landing_partitions(task),
+        tags=tags,
         description="Choose a landing day's examples to label and publish them to annotators.",
     )
     label_import_job = dg.define_asset_job(
         "label_import_job",
         selection=dg.AssetSelection.assets(labels, model_performance),
         partitions_def=landing_partitions(task),
+        tags=tags,
         description="Import the labels delivered on a day; measure the champion's performance.",
     )
     export_sensor, inbox_sensor = build_labeling_triggers(
@@ -84,19 +97,27 @@ def build_definitions(
         selection=dg.AssetSelection.assets(training_dbt, *datasets, *training, *evaluation),
         # The run's tags ask a Kubernetes run launcher for a GPU pod, and a run queue that limits
         # `flywheel/gpu` (deploy/dagster.stack.yaml) runs one at a time.
-        tags={**GPU_TAGS, "flywheel/gpu": "1"},
+        tags={**tags, **GPU_TAGS, "flywheel/gpu": "1"},
         description="Cut a dataset from the newest labels, train a challenger, evaluate it and "
         "promote it if it passes the gate.",
         # The deployment's budget and windows (pipelines/settings.py), shown in each run's config.
-        config=retraining_run_config(),
+        config=task_run_config(task, retraining_run_config()),
     )
     champion_model = evaluation[-1]
     drift_sensor, performance_sensor, retraining_schedule = build_monitoring_triggers(
-        retraining_job, task.monitoring, labels.key, champion_model.key, interval_s
+        retraining_job,
+        task.monitoring,
+        labels.key,
+        champion_model.key,
+        feature_drift.key,
+        model_performance.key,
+        interval_s,
+        task.cadence,
     )
     dataset_job = dg.define_asset_job(
         "dataset_job",
         selection=dg.AssetSelection.assets(training_dbt, *datasets),
+        tags=tags,
         description="Rebuild the labelled-examples mart and cut a new versioned dataset.",
     )
     jobs = [daily_job, dimension_job, label_export_job, label_import_job]
@@ -124,7 +145,7 @@ def build_definitions(
             inbox_sensor,
             drift_sensor,
             performance_sensor,
-            build_missed_retry_sensor(jobs),
+            build_missed_retry_sensor(task.name, jobs),
         ],
         resources={**build_resources(env, task.name), **(resources or {})},
         # A run's steps run in the run's own process (a pod on Kubernetes), one after the other:
@@ -134,4 +155,15 @@ def build_definitions(
     )
 
 
-defs = build_definitions()
+@cache
+def _definitions_of(name: str) -> dg.Definitions:
+    return build_definitions(task_name=name)
+
+
+def __getattr__(name: str) -> dg.Definitions:
+    """`defs`, or the definitions of the task `name` (built once, when first asked for)."""
+    if name == "defs":
+        return _definitions_of(task_name())
+    if name in task_names():
+        return _definitions_of(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r} (nor task {name!r})")

@@ -63,25 +63,29 @@ def warehouse_resources(env: str | None = None) -> dict[str, dg.ConfigurableReso
     }
 
 
-def _file_store(env: str | None, folder: str) -> LandingZone:
-    """A local folder under FLYWHEEL_HOME, or a prefix of the S3 landing bucket in prod."""
+def _file_store(env: str | None, folder: str, task: str | None) -> LandingZone:
+    """The task's own folder under FLYWHEEL_HOME (`<folder>/<task>`), or in prod its own prefix
+    in the S3 landing bucket (`<folder's prefix>/<task>`): tasks served side by side never read
+    each other's files. `task`: default, the one FLYWHEEL_TASK names."""
+    name = Path(task or task_name()).stem
     if (env or current_env()) == "local":
-        return LocalLandingZone(root=str(flywheel_home() / folder))
+        return LocalLandingZone(root=str(flywheel_home() / folder / name))
     return S3LandingZone(
         s3=S3Resource(endpoint_url=settings.S3_ENDPOINT_URL.get()),
         bucket=settings.LANDING_BUCKET.required(),
-        prefix=settings.PREFIXES[folder].value(),
+        prefix="/".join(filter(None, (settings.PREFIXES[folder].value().strip("/"), name))),
     )
 
 
-def landing_zone(env: str | None = None) -> LandingZone:
-    """The landing zone of `env`: shared by the pipeline and by the simulator that feeds it."""
-    return _file_store(env, "landing")
+def landing_zone(env: str | None = None, task: str | None = None) -> LandingZone:
+    """The landing zone of `env` and `task`: shared by the pipeline and by the simulator that
+    feeds it."""
+    return _file_store(env, "landing", task)
 
 
-def label_store(env: str | None = None) -> LandingZone:
-    """The labeling outbox (`outbox/`) and inbox (`inbox/<day>/`) of `env`."""
-    return _file_store(env, "labeling")
+def label_store(env: str | None = None, task: str | None = None) -> LandingZone:
+    """The labeling outbox (`outbox/`) and inbox (`inbox/<day>/`) of `env` and `task`."""
+    return _file_store(env, "labeling", task)
 
 
 def label_exchange(env: str | None = None, task: str | None = None) -> LabelExchange:
@@ -89,7 +93,7 @@ def label_exchange(env: str | None = None, task: str | None = None) -> LabelExch
     outbox and inbox files (`files`, the default), or a Label Studio server (`label-studio`:
     FLYWHEEL_LABEL_STUDIO_URL, _TOKEN, and _PROJECT, default `flywheel-<task>`, the task
     FLYWHEEL_TASK names unless `task` does), whose deliveries land in the label store's inbox."""
-    store = label_store(env)
+    store = label_store(env, task)
     if labeling_backend() == "files":
         return FileLabelExchange(store=store)
     needed = (settings.LABEL_STUDIO_URL, settings.LABEL_STUDIO_TOKEN)
@@ -166,8 +170,8 @@ def build_resources(
 
     env = env or current_env()
     return {
-        "landing_zone": landing_zone(env),
-        "label_store": label_store(env),
+        "landing_zone": landing_zone(env, task),
+        "label_store": label_store(env, task),
         "label_exchange": label_exchange(env, task),
         "dataset_store": dataset_store(env),
         "tracker": tracker_resource(env, flywheel_home(), per_task(task)),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from pipelines.contracts import TaskSpec, default_task_name, read_contracts
+from pipelines.contracts import TASKS_DIR, TaskSpec, default_task_name, read_contracts
 from pipelines.defs.ingestion.feed_checks import FeedChecks, parse_feed_checks
 from pipelines.labeling.spec import LabelingSpec, parse_labeling_spec
 from pipelines.model_spec import ModelSpec, parse_model_spec
@@ -41,6 +41,11 @@ class Task(TaskSpec):
     monitoring: MonitoringSpec
     promotion: PromotionSpec
     feed_checks: FeedChecks
+
+
+def task_names() -> list[str]:
+    """Every task: the files under `pipelines/tasks/`."""
+    return sorted(path.stem for path in TASKS_DIR.glob("*.yaml"))
 
 
 def task_name() -> str:

@@ -1,5 +1,6 @@
 """Shared fixtures: an S3-compatible server on 127.0.0.1, a PostgreSQL server, small synthetic
-flights splits and an Optuna study on that server for the tuning workers."""
+splits (``ml.synthetic.FEATURES`` describes their columns) and an Optuna study on that server for
+the tuning workers."""
 
 from __future__ import annotations
 
@@ -122,12 +123,12 @@ def postgres_url(tmp_path_factory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def splits() -> dict[str, pd.DataFrame]:
     """Small train/val/test splits; val and test contain unseen categories."""
-    from ml.synthetic import make_flights
+    from ml.synthetic import make_table
 
     return {
-        "train": make_flights(3000, seed=1),
-        "val": make_flights(1000, seed=2, unseen=True),
-        "test": make_flights(1000, seed=3, unseen=True),
+        "train": make_table(3000, seed=1),
+        "val": make_table(1000, seed=2, unseen=True),
+        "test": make_table(1000, seed=3, unseen=True),
     }
 
 

@@ -33,7 +33,7 @@ def test_hydra_and_omegaconf_parse_with_their_bundled_antlr():
 
 
 def test_asset_selection_strings_parse():
-    selection = dg.AssetSelection.from_string('key:"raw_flights" or group:"warehouse"')
+    selection = dg.AssetSelection.from_string('key:"flights/raw_flights" or group:"warehouse"')
     assert isinstance(selection, dg.AssetSelection)
 
 
@@ -47,8 +47,10 @@ def test_dagster_cli_selects_assets(tmp_path):
             "list",
             "-m",
             "pipelines.definitions",
+            "-a",
+            "defs",
             "--select",
-            'key:"raw_airlines" or key:"raw_planes"',
+            'key:"flights/raw_airlines" or key:"flights/raw_planes"',
         ],
         cwd=REPO,
         env=env,
@@ -57,7 +59,7 @@ def test_dagster_cli_selects_assets(tmp_path):
         check=False,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["raw_airlines", "raw_planes"]
+    assert out.stdout.split() == ["flights/raw_airlines", "flights/raw_planes"]
 
 
 def _run(cmd: list[str], cwd: Path) -> str:

@@ -344,7 +344,8 @@ def run_config_defaults() -> dict[str, str]:
             schema = op.config_schema.config_type if op.config_schema else None
             for field_name, field in (getattr(schema, "fields", None) or {}).items():
                 default = field.default_value if field.default_provided else None
-                result[f"{op.name}.{field_name}"] = shown(default)
+                # Documented by asset name: the op of `<task>/<name>` is `<task>__<name>`.
+                result[f"{op.name.split('__', 1)[-1]}.{field_name}"] = shown(default)
     return result
 
 

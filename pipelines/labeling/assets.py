@@ -5,6 +5,7 @@ import dagster as dg
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.labeling.export_import import export_day, import_day
 from pipelines.labeling.label_exchange import LabelExchange
+from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.task import Task
@@ -26,9 +27,10 @@ def build_labeling_assets(task: Task) -> list[dg.AssetsDefinition]:
 
     @dg.asset(
         name=task.label_tasks_table,
+        key_prefix=task_prefix(task),
         group_name=GROUP,
         partitions_def=landing_partitions(task),
-        deps=[spec.features_table],
+        deps=[task_key(task, spec.features_table)],
         pool=WAREHOUSE_POOL,
         kinds={"sql", "json"},
     )
@@ -65,6 +67,7 @@ def build_labeling_assets(task: Task) -> list[dg.AssetsDefinition]:
 
     @dg.asset(
         name=task.labels_table,
+        key_prefix=task_prefix(task),
         group_name=GROUP,
         partitions_def=landing_partitions(task),
         # No edge from label_tasks: the import only looks exported tasks up to validate answers.

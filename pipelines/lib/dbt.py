@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from dagster import AssetKey
 from dagster_dbt import (
     DagsterDbtTranslator,
     DagsterDbtTranslatorSettings,
@@ -45,10 +46,15 @@ def dbt_executable() -> str:
 
 
 class FlywheelDbtTranslator(DagsterDbtTranslator):
-    """dbt models land in the `warehouse` group; tests become asset checks (errors block)."""
+    """dbt models land in the `warehouse` group under the task's key prefix (a source's key, the
+    raw table's asset, too); tests become asset checks (errors block)."""
 
-    def __init__(self) -> None:
+    def __init__(self, task_name: str) -> None:
         super().__init__(settings=DagsterDbtTranslatorSettings(enable_asset_checks=True))
+        self.task_name = task_name
+
+    def get_asset_key(self, dbt_resource_props: Mapping[str, Any]) -> AssetKey:
+        return super().get_asset_key(dbt_resource_props).with_prefix(self.task_name)
 
     def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str | None:
         if dbt_resource_props["resource_type"] == "source":

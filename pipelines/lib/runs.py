@@ -44,6 +44,16 @@ class PoolWaitTimeoutError(RuntimeError):
 
 # The job the sensors and the schedule request: the simulator and its report find its runs by it.
 RETRAINING_JOB = "retraining_job"
+# Every run of a task's jobs carries the task's name: the code locations of several tasks share
+# one instance, and their jobs' names.
+TASK_TAG = "flywheel/task"
+
+
+def task_runs(task_name: str, job_name: str | None = None, **filters: object) -> dg.RunsFilter:
+    """The runs of `task_name`'s jobs (of `job_name` only, if given) that also match `filters`
+    (`dg.RunsFilter`'s fields; `tags` are added to the task's)."""
+    tags = {**filters.pop("tags", {}), TASK_TAG: task_name}  # type: ignore[dict-item]
+    return dg.RunsFilter(job_name=job_name, tags=tags, **filters)  # type: ignore[arg-type]
 
 
 def process_tags() -> dict[str, str]:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import dagster as dg
 
+from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import landing_settled
-from pipelines.lib.runs import RETRAINING_JOB
+from pipelines.lib.runs import RETRAINING_JOB, TASK_TAG
 from sim.driver.executor import RunExecutor, RunSummary, TickReport
 
 # Sensors whose cursor can hold changes taken at their next evaluation, once what they list has
@@ -150,6 +151,8 @@ class Driver:
         if unknown:
             raise ValueError(f"unknown retraining triggers {unknown}: not in {RETRAINING_TRIGGERS}")
         self.defs, self.instance = defs, instance
+        # The task whose code location `defs` is: its runs and assets carry its name.
+        self.task_name = defs.resolve_job_def(RETRAINING_JOB).tags[TASK_TAG]
         self.land, self.deliver_labels = land, deliver_labels
         self.triggers = tuple(triggers)
         self.schedule = ScheduleTicker(defs, instance, RETRAINING_SCHEDULE)
@@ -208,7 +211,7 @@ class Driver:
     def decision(self, run_id: str) -> dict[str, str]:
         """What the promotion gate decided in retraining run `run_id`, on which versions."""
         records = self.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("champion_model")), limit=20
+            dg.AssetRecordsFilter(asset_key=task_key(self.task_name, "champion_model")), limit=20
         ).records
         for record in records:
             if record.run_id == run_id and record.asset_materialization is not None:

@@ -10,6 +10,7 @@ from datetime import date
 from pathlib import Path
 
 from pipelines.contracts import TaskSpec
+from pipelines.lib.asset_keys import task_run_config
 from pipelines.resources import landing_zone
 from pipelines.settings import DAGSTER_URL, REPO_ROOT, flywheel_home, retraining_default
 from pipelines.task import load_task
@@ -107,15 +108,15 @@ class RunOptions:
     # Print the report's path at the end, not the whole report.
     brief: bool = False
 
-    def run_configs(self) -> dict[str, dict]:
-        """The operator's run config of the retraining job."""
+    def run_configs(self, task_name: str) -> dict[str, dict]:
+        """The operator's run config of `task_name`'s retraining job."""
         training = {"n_trials": self.trials, "max_epochs": self.max_epochs, "members": self.members}
         windows = {"validation_days": self.validation_days, "test_days": self.test_days}
         ops = {
             "training_dataset": {"config": windows},
             "challenger_model": {"config": training},
         }
-        return {"retraining_job": {"ops": ops}}
+        return {"retraining_job": task_run_config(task_name, {"ops": ops})}
 
 
 def _describe(tick, driver) -> str:
@@ -137,11 +138,12 @@ def _after_bootstrap(instance) -> date | None:
     bootstrap run retried after a kill finishes before the simulation resumes)."""
     import dagster as dg
 
-    from pipelines.lib.runs import RETRAINING_JOB
+    from pipelines.lib.runs import RETRAINING_JOB, task_runs
 
     records = instance.get_run_records(
-        dg.RunsFilter(
-            job_name=RETRAINING_JOB,
+        task_runs(
+            load_task().name,
+            RETRAINING_JOB,
             tags={"flywheel/trigger": "bootstrap"},
             statuses=[dg.DagsterRunStatus.SUCCESS],
         ),
@@ -159,7 +161,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
 
     from pipelines.definitions import defs
     from pipelines.lib.registry import champion, registered_name, versions
-    from pipelines.lib.runs import RETRAINING_JOB
+    from pipelines.lib.runs import RETRAINING_JOB, task_runs
     from sim.driver.daemon import DaemonDriver, webserver_from_env
     from sim.driver.in_process import POLICIES, Driver, FlywheelDriver
     from sim.judge.report import BaselinesInBackground, resource, write_report
@@ -200,7 +202,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 webserver,
                 land,
                 service.deliver,
-                options.run_configs(),
+                options.run_configs(task.name),
                 options.daemon_timeout_s,
                 POLICIES[options.policy],
             )
@@ -211,7 +213,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 home / "sim",
                 land,
                 annotators.deliver,
-                options.run_configs(),
+                options.run_configs(task.name),
                 options.pool_wait_s,
                 POLICIES[options.policy],
             )
@@ -219,13 +221,6 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
         # own processes, may hold the warehouse whenever this process would read it.
         background = None
         baselines = options.baselines
-        if baselines and (task.cadence != "daily" or task.model.features.classes is not None):
-            # sim.judge.reference fits a binary classifier over weeks of days.
-            say(
-                f"task {task.name!r}: the report's same-budget reference and ceiling are fitted "
-                "for a daily task with a binary label only; this report has neither"
-            )
-            baselines = False
         if baselines and not options.daemon:
             background = BaselinesInBackground.of_task(defs, task.name)
             stack.callback(background.fits.close)
@@ -264,7 +259,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 "--max-epochs, or run more days)"
             )
             return 0
-        retrain_runs = instance.get_run_records(dg.RunsFilter(job_name=RETRAINING_JOB))
+        retrain_runs = instance.get_run_records(task_runs(task.name, RETRAINING_JOB))
         unit = "days" if task.cadence == "daily" else "partitions"
         header = [
             f"Simulated {span[0]}..{span[-1]} ({len(span)} {unit}) in "

@@ -1,13 +1,14 @@
 """Alarms judged by what happened next: only the simulator knows every outcome.
 
-Every retraining trained a challenger at the moment its trigger fired. Scored on every flight of
-the days after its event day, beside the champion it would have replaced, it tells whether that
-retraining was worth running:
+Every retraining trained a challenger at the moment its trigger fired. Scored on every example
+of the landing partitions after it (`HORIZONS`: those of the task's cadence), beside the champion
+it would have replaced, it tells whether that retraining was worth running:
 - an alarm (a drift or performance trigger) is right when its challenger beats the champion by
-  at least `WORTH` AUC over the next `HORIZON_DAYS` days: alarm precision is the share right;
+  at least `WORTH` in the task's production AUC (the macro one-vs-rest AUC for several classes)
+  over the next partitions: alarm precision is the share right;
 - a scheduled retraining runs when no alarm fired since the last retraining: one whose challenger
-  gains `MISSED` or more is a week an alarm should have fired and did not. Recall is the alarms
-  that gained that much over those and the missed weeks together.
+  gains `MISSED` or more is a time an alarm should have fired and did not. Recall is the alarms
+  that gained that much over those and the missed ones together.
 
 The challenger is the one model the flywheel trained then (one tuning draw), not the mean of the
 models it could have trained: a judgement per alarm is noisy, the share over a year much less.
@@ -16,17 +17,38 @@ models it could have trained: a judgement per alarm is noisy, the share over a y
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 
 import numpy as np
 import pandas as pd
 
+from pipelines.cadence import Cadence, next_start
+from pipelines.contracts import TaskSpec
 from pipelines.defs.monitoring.triggers import ALARM_TRIGGERS, SCHEDULE_TRIGGER
 from sim.judge.examples import Judged
 
-HORIZON_DAYS = 14
-MIN_DAYS = 7  # a retraining with fewer production days after it is not judged
+
+@dataclass(frozen=True)
+class Horizon:
+    """How many landing partitions after a retraining judge it; one with fewer than `minimum`
+    of them played is not judged."""
+
+    partitions: int
+    minimum: int
+    unit: str  # what the partitions are called in the report: "days", "weeks", "months"
+
+
+# Daily (flights): two weeks, judged once one has been played. Monthly (the ratings): a month
+# holds a few hundred ratings (368 at the median from 1999 to 2004), too few for a gain in a
+# macro AUC over ten classes, some of them rare, to say much on its own; three months are the
+# task's 90-day cooldown, the least an alarm's challenger serves before another alarm may fire;
+# judged once two have been played. Weekly: the daily horizon's two weeks.
+HORIZONS: dict[Cadence, Horizon] = {
+    "daily": Horizon(14, 7, "days"),
+    "weekly": Horizon(2, 1, "weeks"),
+    "monthly": Horizon(3, 2, "months"),
+}
 WORTH = 0.01
 MISSED = 0.02
 JUDGEMENT = ["champion", "judged_examples", "champion_auc", "challenger_auc", "gain"]
@@ -37,16 +59,17 @@ class AlarmSummary:
     """Alarm precision and recall over the judged retrainings, and the weeks missed."""
 
     alarms: int  # drift and performance triggers that trained a challenger
-    judged: int  # of those, with `MIN_DAYS` production days after them
+    judged: int  # of those, with `horizon.minimum` production partitions after them
     right: int  # of those, whose challenger beat the champion by `WORTH`
     hits: int  # of those judged, whose challenger gained `MISSED`
     missed: pd.DataFrame  # scheduled retrainings that gained `MISSED`: no alarm fired
-    horizon_days: int = HORIZON_DAYS
+    horizon: Horizon = field(default_factory=lambda: HORIZONS["daily"])
 
     @classmethod
-    def none(cls) -> AlarmSummary:
+    def none(cls, horizon: Horizon | None = None) -> AlarmSummary:
         """No retraining ran: nothing to judge."""
-        return cls(0, 0, 0, 0, pd.DataFrame(columns=["event_day", "version", "champion", "gain"]))
+        missed = pd.DataFrame(columns=["event_day", "version", "champion", "gain"])
+        return cls(0, 0, 0, 0, missed, horizon or HORIZONS["daily"])
 
     @property
     def precision(self) -> float:
@@ -64,38 +87,63 @@ class AlarmSummary:
         return (
             f"Alarm precision {share(self.precision)}: {self.right} of {self.judged} drift and "
             f"performance triggers judged ({self.alarms} fired) trained a challenger that beat "
-            f"the champion by {WORTH} AUC or more over the next {self.horizon_days} days. Recall "
+            f"the champion by {WORTH} AUC or more over the next {self.horizon.partitions} "
+            f"{self.horizon.unit}. Recall "
             f"{share(self.recall)}: {self.hits} of them gained {MISSED} or more, and "
             f"{len(self.missed)} scheduled retrainings gained that much with no alarm fired."
         )
 
 
+def landed_partition(event_day: date, trigger: str, task: TaskSpec) -> date:
+    """The newest landing partition played when a retraining for `event_day` started: the one an
+    alarm or the operator names (by its first day); for the schedule, whose event day is the day
+    before its tick, the last one that ended by the tick. For a daily task, the event day."""
+    if trigger == SCHEDULE_TRIGGER:
+        ticked = date.fromisoformat(task.partition_of(event_day + timedelta(days=1)))
+        return date.fromisoformat(task.partition_of(ticked - timedelta(days=1)))
+    return date.fromisoformat(task.partition_of(event_day))
+
+
 def champions(runs: pd.DataFrame, examples: pd.DataFrame, judged: Judged) -> pd.Series:
-    """The champion each retraining would replace: the version that scored its event day (the
-    day's scoring runs before the monitoring that fires). NaN before the first champion."""
+    """The champion each retraining would replace: the version that scored its newest landed
+    partition (see `landed_partition`; the partition's scoring runs before the monitoring that
+    fires). NaN before the first champion."""
+    task = judged.task
     days = pd.to_datetime(examples[judged.spec.time_column]).dt.date
-    scored = examples.model_version.groupby(days).agg(lambda v: v.mode().iloc[0])
-    days = pd.to_datetime(runs.event_day, errors="coerce").dt.date
-    return days.map(scored).astype("Int64")
+    starts = {day: date.fromisoformat(task.partition_of(day)) for day in days.unique()}
+    scored = examples.model_version.groupby(days.map(starts)).agg(lambda v: v.mode().iloc[0])
+    event_days = pd.to_datetime(runs.event_day, errors="coerce").dt.date
+    landed = [
+        None if pd.isna(day) else landed_partition(day, trigger, task)
+        for day, trigger in zip(event_days, runs.trigger, strict=True)
+    ]
+    return pd.Series(landed, index=runs.index, dtype=object).map(scored).astype("Int64")
 
 
 def judged_window(
     days: pd.Series,
     event_day: object,
     last_day: date,
-    horizon_days: int = HORIZON_DAYS,
-    min_days: int = MIN_DAYS,
+    task: TaskSpec,
+    horizon: Horizon | None = None,
+    trigger: str = "",
 ) -> pd.Index | None:
-    """The index of the examples (`days`: each one's date) a retraining of `event_day` is judged
-    on: those of the `horizon_days` days after it; None for no event day, or fewer than
-    `min_days` of those days played by `last_day`."""
+    """The index of the examples (`days`: each one's date) a retraining of `event_day` (with
+    `trigger`) is judged on: those of the `horizon.partitions` landing partitions after its
+    newest landed one (`landed_partition`; default horizon: the task's cadence's); None for no
+    event day, or fewer than `horizon.minimum` of those partitions played by `last_day`."""
     start = pd.to_datetime(event_day, errors="coerce")
     if pd.isna(start):
         return None
-    first, end = start.date() + timedelta(days=1), start.date() + timedelta(days=horizon_days)
-    if (min(end, last_day) - first).days + 1 < min_days:
+    horizon = horizon or HORIZONS[task.cadence]
+    partition, starts = landed_partition(start.date(), trigger, task), []
+    for _ in range(horizon.partitions):
+        partition = next_start(partition, task.cadence)
+        starts.append(partition)
+    if sum(first <= last_day for first in starts) < horizon.minimum:
         return None
-    return days.index[(days >= first) & (days <= end)]
+    end = next_start(starts[-1], task.cadence)
+    return days.index[(days >= starts[0]) & (days < end)]
 
 
 def judge(
@@ -104,13 +152,12 @@ def judge(
     predict: Callable[[int, pd.DataFrame], np.ndarray],
     judged: Judged,
     last_day: date,
-    horizon_days: int = HORIZON_DAYS,
-    min_days: int = MIN_DAYS,
+    horizon: Horizon | None = None,
 ) -> pd.DataFrame:
     """`runs` (event_day, trigger, version, champion) with the judgement of each retraining:
-    `judged_examples`, `champion_auc`, `challenger_auc` and `gain` over the examples (their
-    day, outcome and the model's inputs) of the `horizon_days` days after its event day, up to
-    `last_day`; a retraining with fewer than `min_days` of them is not judged.
+    `judged_examples`, `champion_auc`, `challenger_auc` and `gain` (in the task's production
+    AUC) over the examples (their day, outcome and the model's inputs) of the `horizon`'s
+    partitions after it (see `judged_window`; default: the task's cadence's), up to `last_day`.
     `predict(version, frame)` scores a frame with a registered version; each version scores
     each example once."""
     days = pd.to_datetime(examples[judged.spec.time_column]).dt.date
@@ -118,7 +165,7 @@ def judge(
     wanted: dict[int, set[int]] = {}
     for row in runs.itertuples():
         versions = pd.to_numeric(pd.Series([row.version, row.champion]), errors="coerce")
-        index = judged_window(days, row.event_day, last_day, horizon_days, min_days)
+        index = judged_window(days, row.event_day, last_day, judged.task, horizon, row.trigger)
         if index is None or versions.isna().any():
             windows.append(None)  # failed, nothing to replace (the first model), or too late
             continue
@@ -152,7 +199,7 @@ def judge(
     return verdicts
 
 
-def summarize(judged: pd.DataFrame, horizon_days: int = HORIZON_DAYS) -> AlarmSummary:
+def summarize(judged: pd.DataFrame, horizon: Horizon | None = None) -> AlarmSummary:
     """Precision and recall of the alarms among `judged` retrainings (see the module)."""
     trained = pd.to_numeric(judged.version, errors="coerce").notna()
     alarms = judged[judged.trigger.isin(ALARM_TRIGGERS) & trained]
@@ -164,5 +211,5 @@ def summarize(judged: pd.DataFrame, horizon_days: int = HORIZON_DAYS) -> AlarmSu
         right=int((scored.gain >= WORTH).sum()),
         hits=int((scored.gain >= MISSED).sum()),
         missed=schedule[["event_day", "version", "champion", "gain"]].reset_index(drop=True),
-        horizon_days=horizon_days,
+        horizon=horizon or HORIZONS["daily"],
     )

@@ -9,7 +9,8 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from pipelines.lib.runs import RETRAINING_JOB
+from pipelines.lib.asset_keys import task_key
+from pipelines.lib.runs import RETRAINING_JOB, task_runs
 from sim.judge.examples import Judged
 
 
@@ -22,8 +23,10 @@ def resource(defs: dg.Definitions, key: str) -> Any:
     return value
 
 
-def _by_run(instance: dg.DagsterInstance, asset: str) -> dict[str, dict[str, object]]:
-    records = instance.fetch_materializations(dg.AssetKey(asset), limit=10_000).records
+def _by_run(
+    instance: dg.DagsterInstance, task_name: str, asset: str
+) -> dict[str, dict[str, object]]:
+    records = instance.fetch_materializations(task_key(task_name, asset), limit=10_000).records
     return {
         r.run_id: {k: v.value for k, v in r.asset_materialization.metadata.items()}
         for r in records
@@ -31,15 +34,16 @@ def _by_run(instance: dg.DagsterInstance, asset: str) -> dict[str, dict[str, obj
     }
 
 
-def retrainings(instance: dg.DagsterInstance) -> pd.DataFrame:
-    """Each retraining run: what triggered it, on which data, and what the gate decided."""
+def retrainings(instance: dg.DagsterInstance, task_name: str) -> pd.DataFrame:
+    """Each retraining run of `task_name`: what triggered it, on which data, and what the gate
+    decided."""
     datasets, challengers = (
-        _by_run(instance, "training_dataset"),
-        _by_run(instance, "challenger_model"),
+        _by_run(instance, task_name, "training_dataset"),
+        _by_run(instance, task_name, "challenger_model"),
     )
-    decisions = _by_run(instance, "champion_model")
+    decisions = _by_run(instance, task_name, "champion_model")
     rows = []
-    records = instance.get_run_records(dg.RunsFilter(job_name=RETRAINING_JOB), ascending=True)
+    records = instance.get_run_records(task_runs(task_name, RETRAINING_JOB), ascending=True)
     for record in records:
         run = record.dagster_run
         dataset, challenger = datasets.get(run.run_id, {}), challengers.get(run.run_id, {})

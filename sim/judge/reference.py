@@ -1,56 +1,77 @@
 """What the flywheel's production AUC is measured against: a same-budget reference and a ceiling.
 
-Both are a HistGradientBoosting classifier retrained every week (on its Monday, on the flights of
-the days before it) on the features the dbt marts give every flight, the columns the model reads:
+Both are a HistGradientBoosting classifier retrained at the start of each of the report's periods
+(`period_end`: a week from its Monday for a daily task, else a partition: a month for a monthly
+one) on the examples of the partitions before it, on the features the dbt marts give every
+example, the columns the model reads:
 
-- the **reference** learns from as many uniformly random flights of each landing day as the
-  flywheel got labels for that day: the same budget, spent without a model, a label selection
-  or a promotion gate;
-- the **ceiling** learns from every flight's outcome.
+- the **reference** learns from as many uniformly random examples of each landing partition as
+  the flywheel got labels for that partition: the same budget, spent without a model, a label
+  selection or a promotion gate;
+- the **ceiling** learns from every example's outcome.
+
+Each is scored as the report scores the flywheel (`production_auc`): the AUC of a binary label,
+the macro one-vs-rest AUC of `FeatureConfig.classes` for several, over the classes the period's
+outcomes hold; a period whose outcomes hold one value only has none.
 
 Only the simulator knows every outcome, so both live here and not in the pipeline.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import multiprocessing
 import os
-import queue
 from collections.abc import Mapping, Sequence
-from datetime import date
+from datetime import date, timedelta
 
 import numpy as np
 import pandas as pd
 
 from ml.config import FeatureConfig
-from ml.metrics import auroc
+from ml.labels import class_indices
+from ml.metrics import auroc, multiclass_auroc
+from pipelines.cadence import Cadence, next_start
 
 # HistGradientBoosting's native categorical support needs codes below its bin count; a larger
 # vocabulary enters as ordinal codes (as in ml.baselines).
 MAX_CATEGORIES = 255
-# Fewer training rows than this, or a single class: no model that week.
+# Fewer training rows than this, or a single class: no model that period.
 MIN_TRAINING_ROWS = 50
-COLUMNS = ["week", "reference", "ceiling", "reference_labels", "ceiling_labels"]
+COLUMNS = ["period", "reference", "ceiling", "reference_labels", "ceiling_labels"]
+
+
+def period_end(start: date, cadence: Cadence) -> date:
+    """The day after the report period starting on `start`: a week for a daily task (as the
+    report groups its days by week), else the task's partition."""
+    return start + timedelta(weeks=1) if cadence == "daily" else next_start(start, cadence)
+
+
+def production_auc(y: np.ndarray, probs: np.ndarray, classes: Sequence | None) -> float:
+    """The report's production AUC of `probs` on outcomes `y` (0/1, or indices of `classes`):
+    the AUC of a binary label, else the macro one-vs-rest AUC over the classes `y` holds; NaN
+    when `y` holds one value only, as the report's flywheel column."""
+    if len(y) == 0 or y.min() == y.max():
+        return float("nan")
+    return auroc(y, probs) if classes is None else multiclass_auroc(y, probs)
 
 
 def reference_sample(
-    flights: pd.DataFrame, spend: pd.Series, time_column: str, seed: int = 0
+    examples: pd.DataFrame, spend: pd.Series, time_column: str, seed: int = 0
 ) -> pd.DataFrame:
-    """Per landing day, `spend[day]` of its flights drawn uniformly at random (all of them when
-    the day has fewer). A day's draw depends only on the day and `seed`: the labelled set grows
-    day by day as an annotator's would."""
+    """Per landing partition (its `time_column`), `spend[partition]` of its examples drawn
+    uniformly at random (all of them when it has fewer). A partition's draw depends only on the
+    partition and `seed`: the labelled set grows partition by partition as an annotator's
+    would."""
     picked = []
-    for day, group in flights.groupby(time_column, sort=True):
-        n = int(spend.get(day, 0))
+    for partition, group in examples.groupby(time_column, sort=True):
+        n = int(spend.get(partition, 0))
         if n <= 0:
             continue
-        digest = hashlib.sha256(f"{seed}/{day}".encode()).hexdigest()[:8]
+        digest = hashlib.sha256(f"{seed}/{partition}".encode()).hexdigest()[:8]
         rng = np.random.default_rng(int(digest, 16))
         rows = rng.choice(len(group), size=min(n, len(group)), replace=False)
         picked.append(group.iloc[np.sort(rows)])
-    return pd.concat(picked) if picked else flights.iloc[:0]
+    return pd.concat(picked) if picked else examples.iloc[:0]
 
 
 def encode(
@@ -109,48 +130,76 @@ def fit_predict(
     categorical: np.ndarray,
     seed: int,
     sample_weight: np.ndarray | None = None,
+    n_classes: int | None = None,
 ) -> np.ndarray:
     """The reference model fitted on (`x_train`, `y`), optionally weighted: its probabilities
-    for `x_other`."""
+    for `x_other`, P(1) for a binary label, else one column per class index of `y` up to
+    `n_classes` (0 for a class it never saw)."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     model = HistGradientBoostingClassifier(categorical_features=categorical, random_state=seed)
-    return model.fit(x_train, y, sample_weight=sample_weight).predict_proba(x_other)[:, 1]
+    predicted = model.fit(x_train, y, sample_weight=sample_weight).predict_proba(x_other)
+    if n_classes is None:
+        return predicted[:, 1]
+    probs = np.zeros((len(x_other), n_classes))
+    probs[:, model.classes_] = predicted
+    return probs
 
 
 # A fit's inputs: the training rows' matrix, their labels, the scored rows' matrix and which
 # columns are categorical.
 Fit = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-# AUCs already computed, by (week, "reference" or "ceiling"): the fingerprint of their fit's
+# AUCs already computed, by (period, "reference" or "ceiling"): the fingerprint of their fit's
 # inputs (see `fingerprint`) and the AUC.
 Fitted = Mapping[tuple[date, str], tuple[str, float]]
 
 
-class PlayedFlights:
-    """Every flight played, ready for the weekly fits: what each retrained model learns from
-    and scores."""
+class PlayedExamples:
+    """Every example played, ready for the fits of each report period: what each retrained
+    model learns from and scores, and how its scores are judged."""
 
-    def __init__(self, flights: pd.DataFrame, features: FeatureConfig, time_column: str) -> None:
-        self.flights = flights.reset_index(drop=True)
-        self.columns = Columns(self.flights, features)
-        self.dates = pd.to_datetime(self.flights[time_column]).to_numpy("datetime64[D]")
-        self.labels = self.flights[features.label].to_numpy(dtype=np.int64)
+    def __init__(
+        self,
+        examples: pd.DataFrame,
+        features: FeatureConfig,
+        time_column: str,
+        cadence: Cadence = "daily",
+    ) -> None:
+        self.examples = examples.reset_index(drop=True)
+        self.columns = Columns(self.examples, features)
+        self.dates = pd.to_datetime(self.examples[time_column]).to_numpy("datetime64[D]")
+        self.classes, self.cadence = features.classes, cadence
+        # `fit_predict`'s columns: none for a binary label (P(1) only), else one per class.
+        self.n_classes = None if self.classes is None else len(self.classes)
+        label = self.examples[features.label]
+        # 0/1 for a binary label, else each outcome's index in the classes the model predicts.
+        self.labels = (
+            label.to_numpy(dtype=np.int64)
+            if self.classes is None
+            else class_indices(label, self.classes, features.label)
+        )
 
-    def fit(self, pool: np.ndarray, week: date) -> tuple[int, np.ndarray, Fit | None]:
-        """The model retrained on `week` (a Monday) on the rows at positions `pool` (in that
-        order) of the days before it: how many rows it learns from, the outcomes of the week's
-        flights it scores, and its fit's inputs; None when it learns from too few rows or one
-        class, or when the week's flights do not have both outcomes."""
-        start = np.datetime64(week, "D")
-        scored = np.flatnonzero((self.dates >= start) & (self.dates < start + 7))
+    def fit(self, pool: np.ndarray, period: date) -> tuple[int, np.ndarray, Fit | None]:
+        """The model retrained at the start of `period` (see `period_end`) on the rows at
+        positions `pool` (in that order) of the partitions before it: how many rows it learns
+        from, the outcomes of the period's examples it scores, and its fit's inputs; None when
+        it learns from too few rows or one class, or when the period's outcomes hold one value
+        only (no AUC)."""
+        start = np.datetime64(period, "D")
+        end = np.datetime64(period_end(period, self.cadence), "D")
+        scored = np.flatnonzero((self.dates >= start) & (self.dates < end))
         train = pool[self.dates[pool] < start]
         y_scored, y = self.labels[scored], self.labels[train]
-        if not 0 < y_scored.sum() < len(y_scored):
+        if len(y_scored) == 0 or y_scored.min() == y_scored.max():
             return len(train), y_scored, None
         if len(y) < MIN_TRAINING_ROWS or y.min() == y.max():
             return len(train), y_scored, None
         x_train, x_other, categorical = self.columns.matrices(train, scored)
         return len(train), y_scored, (x_train, y, x_other, categorical)
+
+    def auc(self, y: np.ndarray, probs: np.ndarray) -> float:
+        """`production_auc` of a fit's scores on the outcomes `y` of its period."""
+        return production_auc(y, probs, self.classes)
 
 
 def fingerprint(fit: Fit) -> str:
@@ -163,32 +212,35 @@ def fingerprint(fit: Fit) -> str:
     return digest.hexdigest()
 
 
-def weekly_reference(
-    flights: pd.DataFrame,
+def reference_by_period(
+    examples: pd.DataFrame,
     spend: pd.Series,
-    weeks: Sequence[date],
+    periods: Sequence[date],
     features: FeatureConfig,
-    time_column: str = "flight_date",
+    time_column: str,
     seed: int = 0,
     jobs: int | None = None,
     fitted: Fitted | None = None,
+    cadence: Cadence = "daily",
 ) -> pd.DataFrame:
-    """Production AUC per week (a Monday) of the reference and of the ceiling, each retrained on
-    that Monday on the flights of the days before it; with how many labels each learned from.
+    """Production AUC per report period (its first day, see `period_end`) of the reference and
+    of the ceiling, each retrained at its start on the examples of the partitions before it;
+    with how many labels each learned from.
 
-    `flights` holds every flight played (its `time_column` a date, the features, the label);
-    `spend` how many labels the flywheel got for each landing day's flights. A week in
-    `fitted` whose fit would have the same inputs keeps its AUC there (see `BaselineFits`); the
-    other fits run in `jobs` processes (default: one per core).
+    `examples` holds every example played (its `time_column` the date of its landing partition,
+    the features, the label); `spend` how many labels the flywheel got for each landing
+    partition's examples. A period in `fitted` whose fit would have the same inputs keeps its
+    AUC there (see sim.judge.baseline_fits); the other fits run in `jobs` processes (default:
+    one per core).
     """
     from joblib import Parallel, delayed
 
-    played = PlayedFlights(flights, features, time_column)
+    played = PlayedExamples(examples, features, time_column, cadence)
     pools = baseline_pools(played, spend, time_column, seed)
     rows, fits = [], []
-    for week in weeks:
-        start = pd.Timestamp(week).date()
-        row: dict[str, object] = {"week": start}
+    for period in periods:
+        start = pd.Timestamp(period).date()
+        row: dict[str, object] = {"period": start}
         for name, pool in pools.items():
             row[f"{name}_labels"], y, fit = played.fit(pool, start)
             row[name] = np.nan
@@ -202,175 +254,21 @@ def weekly_reference(
         rows.append(row)
     if fits:
         scores = Parallel(n_jobs=jobs or os.cpu_count() or 1)(
-            delayed(fit_predict)(*fit, seed) for _, _, _, fit in fits
+            delayed(fit_predict)(*fit, seed, n_classes=played.n_classes) for _, _, _, fit in fits
         )
         for (i, name, y, _), predicted in zip(fits, scores, strict=True):
-            rows[i][name] = auroc(y, predicted)
+            rows[i][name] = played.auc(y, predicted)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def baseline_pools(
-    played: PlayedFlights, spend: pd.Series | None, time_column: str, seed: int
+    played: PlayedExamples, spend: pd.Series | None, time_column: str, seed: int
 ) -> dict[str, np.ndarray]:
     """The rows each baseline learns from, by name: the reference's (only when `spend` is
     given) and the ceiling's, in the order the report fits them."""
     pools = {}
     if spend is not None:
-        sample = reference_sample(played.flights, spend, time_column, seed)
+        sample = reference_sample(played.examples, spend, time_column, seed)
         pools["reference"] = sample.index.to_numpy()
-    pools["ceiling"] = np.arange(len(played.flights))
+    pools["ceiling"] = np.arange(len(played.examples))
     return pools
-
-
-class BaselineFits:
-    """The baselines' weekly fits, made while the days are played by a process at the lowest CPU
-    priority: it takes only the time the days leave idle, so the report need not fit them after
-    the last day. Give it each week's flights in the order the report will read them, with the
-    labels the flywheel spent on each day so far (`add`), then hand its `results` to
-    `weekly_reference`, which keeps those whose inputs are the same as its own and fits the
-    others: the ceiling's, and the same-budget reference's once a day's spend is final.
-
-    The process ends with `results`, with `close`, or when the process that started it is gone
-    (killed too).
-    """
-
-    def __init__(
-        self, features: FeatureConfig, time_column: str = "flight_date", seed: int = 0
-    ) -> None:
-        context = multiprocessing.get_context("spawn")  # not a fork of a threaded process
-        self._inbox: multiprocessing.Queue = context.Queue()
-        self._outbox: multiprocessing.Queue = context.Queue()
-        self._process = context.Process(
-            target=_fit_in_background,
-            args=(self._inbox, self._outbox, features, time_column, seed, os.getpid()),
-            name="baseline-fits",
-            daemon=True,
-        )
-        self._process.start()
-        self._fitted: dict[tuple[date, str], tuple[str, float]] = {}
-        self._ended = False
-
-    def add(
-        self, flights: pd.DataFrame, weeks: Sequence[date], spend: pd.Series | None = None
-    ) -> None:
-        """The flights played since the last `add` (with their label), the weeks (Mondays) whose
-        baselines can be fitted now (every day of them has been played), and the labels spent on
-        each landing day so far (`weekly_reference`'s `spend`; None: the ceiling's fits only)."""
-        self._inbox.put((flights, [pd.Timestamp(week).date() for week in weeks], spend))
-
-    def made(self) -> int:
-        """How many fits are made so far (without waiting for any)."""
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self._take(self._outbox.get_nowait())
-        return len(self._fitted)
-
-    def results(self) -> dict[tuple[date, str], tuple[str, float]]:
-        """Every fit, once those asked for are made: (week, "ceiling" or "reference") -> (the
-        `fingerprint` of its inputs, its AUC). Raises RuntimeError when the process failed (with
-        its traceback) or was killed."""
-        self._inbox.put(None)
-        try:
-            while not self._ended:
-                alive = self._process.is_alive()
-                try:
-                    self._take(self._outbox.get(timeout=1.0))
-                except queue.Empty:
-                    if not alive:  # ended before that second, and nothing came: killed
-                        raise RuntimeError(
-                            "the baselines' background fits ended with exit code "
-                            f"{self._process.exitcode} and no results"
-                        ) from None
-        finally:
-            self.close()
-        return dict(self._fitted)
-
-    def _take(self, message: tuple) -> None:
-        """A fit made, the end of the fits, or the traceback of a failure."""
-        if message[0] == "fit":
-            self._fitted[message[1]] = message[2]
-        elif message[0] == "error":
-            self._ended = True
-            raise RuntimeError(f"the baselines' background fits failed:\n{message[1]}")
-        else:
-            self._ended = True
-
-    def close(self) -> None:
-        """End the process now, if it still runs."""
-        if self._process.is_alive():
-            self._process.kill()
-        self._process.join()
-        for box in (self._inbox, self._outbox):
-            box.close()
-            box.cancel_join_thread()
-
-
-def _lowest_priority() -> None:
-    """This process runs only when a core would otherwise be idle (Linux's idle scheduling
-    class; elsewhere the lowest nice value). Threads it starts later inherit it."""
-    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    else:
-        os.nice(19)
-
-
-def _fit_in_background(
-    inbox: multiprocessing.Queue,
-    outbox: multiprocessing.Queue,
-    features: FeatureConfig,
-    time_column: str,
-    seed: int,
-    parent: int,
-) -> None:
-    """`BaselineFits`' process: fits the weeks asked for, oldest first, while taking in what is
-    added, and sends each result as it is made; once told (None) that nothing more comes and
-    every week is fitted, it says so and ends."""
-    import traceback
-
-    # Loaded before the limit below, which applies to the libraries loaded when it is set:
-    # HistGradientBoosting's OpenMP runtime would otherwise start a thread per core, and one
-    # that the scheduler sets aside leaves the others spinning at their barriers.
-    from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: F401
-    from threadpoolctl import threadpool_limits
-
-    _lowest_priority()
-    frames: list[pd.DataFrame] = []
-    pending: list[date] = []
-    played: PlayedFlights | None = None
-    spend: pd.Series | None = None
-    pools: dict[str, np.ndarray] = {}  # each baseline's rows of `played`
-    done = False
-    try:
-        with threadpool_limits(1):
-            while True:
-                if os.getppid() != parent:
-                    return  # the simulation is gone (killed): nobody will read the results
-                if not done:
-                    try:  # take in what was sent; wait for it only when nothing is left to fit
-                        message = inbox.get(block=not pending, timeout=2.0)
-                    except queue.Empty:
-                        message = ()
-                    if message is None:
-                        done = True
-                    elif message:
-                        frames.append(message[0])
-                        pending, played = sorted({*pending, *message[1]}), None
-                        spend = message[2] if message[2] is not None else spend
-                        continue
-                    elif not pending:
-                        continue
-                if not pending:
-                    break
-                if played is None:
-                    flights = pd.concat(frames, ignore_index=True)
-                    played = PlayedFlights(flights, features, time_column)
-                    pools = baseline_pools(played, spend, time_column, seed)
-                week = pending.pop(0)
-                for name, pool in pools.items():
-                    _, y, fit = played.fit(pool, week)
-                    if fit is not None:
-                        auc = auroc(y, fit_predict(*fit, seed))
-                        outbox.put(("fit", (week, name), (fingerprint(fit), auc)))
-        outbox.put(("end",))
-    except BaseException:  # the simulation shows it (and fits the weeks itself)
-        outbox.put(("error", traceback.format_exc()))

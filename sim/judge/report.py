@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ml.config import FeatureConfig
+from pipelines.cadence import next_start
 from pipelines.lib.registry import (
     DATASET_TAG,
     load_model,
@@ -28,9 +29,10 @@ from pipelines.lib.registry import (
 )
 from pipelines.task import load_task
 from sim.judge import alarms
+from sim.judge.baseline_fits import BaselineFits
 from sim.judge.examples import Judged
 from sim.judge.history import label_spend, resource, retrainings
-from sim.judge.reference import BaselineFits, Fitted
+from sim.judge.reference import Fitted, period_end
 
 
 @dataclass
@@ -181,24 +183,27 @@ def reference_auc(
     defs: dg.Definitions,
     task_name: str,
     last: date,
-    weeks: list[date],
+    periods: list[date],
     fitted: Fitted | None = None,
 ) -> pd.DataFrame:
-    """The same-budget reference's and the all-labels ceiling's AUC in each of `weeks` (see
-    sim.judge.reference), trained on every flight played up to `last` and on the labels the flywheel
-    got for each landing day; the weeks in `fitted` with the same inputs are not fitted again."""
-    from sim.judge.reference import weekly_reference
+    """The same-budget reference's and the all-labels ceiling's AUC in each of the report's
+    `periods` (see sim.judge.reference), trained on every example played up to `last` and on
+    the labels the flywheel got for each landing partition; the periods in `fitted` with the
+    same inputs are not fitted again."""
+    from sim.judge.reference import reference_by_period
 
     judged = Judged.of(task_name)
     warehouse = resource(defs, "warehouse")
     examples = played_examples(warehouse, judged, last)
-    spend = labels_per_day(warehouse, judged)
-    spec = judged.spec
-    return weekly_reference(examples, spend, weeks, spec.features, spec.time_column, fitted=fitted)
+    spend = labels_per_partition(warehouse, judged)
+    spec, cadence = judged.spec, judged.task.cadence
+    return reference_by_period(
+        examples, spend, periods, spec.features, spec.time_column, fitted=fitted, cadence=cadence
+    )
 
 
-def labels_per_day(warehouse: Any, judged: Judged) -> pd.Series:
-    """How many examples of each landing day the flywheel got a label for, so far."""
+def labels_per_partition(warehouse: Any, judged: Judged) -> pd.Series:
+    """How many examples of each landing partition the flywheel got a label for, so far."""
     spec, task = judged.spec, judged.task
     spend = warehouse.query(
         f"select f.{spec.time_column} as day, count(distinct l.{spec.example_id}) as labels "
@@ -209,21 +214,23 @@ def labels_per_day(warehouse: Any, judged: Judged) -> pd.Series:
 
 
 class BaselinesInBackground:
-    """The baselines' weekly fits made while the simulation plays the days (see
-    sim.judge.reference.BaselineFits): after each played Sunday, the flights played since the last
-    one go to the fitting process, with the labels spent on each day so far and the weeks now
-    complete from the production period's first on. Its `fits` give the report those whose
-    inputs are still the same: the ceiling's (all of them, unless a played day's features were
-    rebuilt) and the reference's (unless a day's labels came after its week was fitted)."""
+    """The baselines' fits of each report period made while the simulation plays the partitions
+    (see sim.judge.baseline_fits.BaselineFits): after each played partition that ends a period (a
+    Sunday for a daily task), the examples played since the last one go to the fitting process,
+    with the labels spent on each partition so far and the periods now complete from the
+    production period's first on. Its `fits` give the report those whose inputs are still the
+    same: the ceiling's (all of them, unless a played partition's features were rebuilt) and the
+    reference's (unless a partition's labels came after its period was fitted)."""
 
     def __init__(
         self, warehouse: Any, judged: Judged, features: FeatureConfig | None = None
     ) -> None:
         """`features`: what the baselines read, by default the task's model's."""
         self.warehouse, self.judged = warehouse, judged
-        self.fits = BaselineFits(features or judged.spec.features, judged.spec.time_column)
-        self.sent: date | None = None  # flights up to this day were added
-        self.weeks: set[date] = set()  # weeks asked for
+        spec, self.cadence = judged.spec, judged.task.cadence
+        self.fits = BaselineFits(features or spec.features, spec.time_column, cadence=self.cadence)
+        self.sent: date | None = None  # examples up to this partition were added
+        self.periods: set[date] = set()  # periods asked for
 
     @classmethod
     def of_task(cls, defs: dg.Definitions, task_name: str) -> BaselinesInBackground:
@@ -231,16 +238,24 @@ class BaselinesInBackground:
         return cls(resource(defs, "warehouse"), Judged.of(task_name))
 
     def played(self, day: date, production_start: date | None) -> None:
-        """`day` was played (production from `production_start`; None: not yet)."""
-        if day.weekday() != 6 or production_start is None:
+        """The partition starting on `day` was played (production from `production_start`;
+        None: not yet)."""
+        following = next_start(day, self.cadence)
+        if production_start is None or period_end(self.period(day), self.cadence) != following:
             return
-        first = production_start - timedelta(days=production_start.weekday())
-        complete = [first + timedelta(weeks=k) for k in range(((day - first).days + 1) // 7)]
-        weeks = [week for week in complete if week not in self.weeks]
+        complete, first = [], self.period(production_start)
+        while (end := period_end(first, self.cadence)) <= following:
+            complete.append(first)
+            first = end
+        periods = [period for period in complete if period not in self.periods]
         examples = played_examples(self.warehouse, self.judged, day, self.sent)
-        self.fits.add(examples, weeks, labels_per_day(self.warehouse, self.judged))
+        self.fits.add(examples, periods, labels_per_partition(self.warehouse, self.judged))
         self.sent = day
-        self.weeks.update(weeks)
+        self.periods.update(periods)
+
+    def period(self, day: date) -> date:
+        """The first day of the report period holding `day`."""
+        return self.judged.period(pd.Series([day])).iloc[0]
 
 
 def _table(frame: pd.DataFrame) -> str:
@@ -255,20 +270,21 @@ def write_report(
     static: int,
     out_dir: Path,
     header: list[str],
-    horizon_days: int = alarms.HORIZON_DAYS,
-    min_days: int = alarms.MIN_DAYS,
+    horizon: alarms.Horizon | None = None,
     baselines: bool = True,
     fitted: Fitted | None = None,
 ) -> Report:
     """Compute the report's tables and write `flywheel_report.md`, `weekly_auc.png` and the
     tables as CSV (`weekly.csv`, `retrainings.csv`, `labels.csv`); each retraining is judged on
-    the `horizon_days` after it (see sim.judge.alarms). Without `baselines`, the same-budget
-    reference and the ceiling are not trained (their columns stay empty); `fitted` holds those
-    of their fits already made (see `BaselinesInBackground`)."""
+    the `horizon`'s partitions after it (default: the task's cadence's, see sim.judge.alarms).
+    Without `baselines`, the same-budget reference and the ceiling are not trained (their
+    columns stay empty); `fitted` holds those of their fits already made (see
+    `BaselinesInBackground`)."""
     from ml.plots import weekly_auc_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
     judged = Judged.of(task_name)
+    horizon = horizon or alarms.HORIZONS[judged.task.cadence]
     examples = production_examples(defs, judged, *production)
     predict = version_scores(defs, task_name)
     static_probs = predict(static, examples) if len(examples) else np.array([])
@@ -276,19 +292,19 @@ def write_report(
     models = ["flywheel", "static", "reference", "ceiling"]
     if len(weekly) and baselines:
         references = reference_auc(defs, task_name, production[1], list(weekly.week), fitted)
-        weekly = weekly.merge(references, on="week", how="left")
+        weekly = weekly.merge(references.rename(columns={"period": "week"}), on="week", how="left")
     else:
         weekly = weekly.assign(reference=np.nan, ceiling=np.nan, reference_labels=np.nan)
     first = ["week", "examples", "label_mean", *models]
     weekly = weekly[first + [c for c in weekly.columns if c not in first and c != "ceiling_labels"]]
     weekly = weekly.rename(columns={"reference_labels": "labels_before"})
-    runs, labels = retrainings(instance), label_spend(defs, judged)
+    runs, labels = retrainings(instance, task_name), label_spend(defs, judged)
     if len(examples) and len(runs):
         runs["champion"] = alarms.champions(runs, examples, judged)
-        runs = alarms.judge(runs, examples, predict, judged, production[1], horizon_days, min_days)
+        runs = alarms.judge(runs, examples, predict, judged, production[1], horizon)
     else:
         runs = runs.assign(**{c: np.nan for c in alarms.JUDGEMENT})
-    verdicts = alarms.summarize(runs, horizon_days) if len(runs) else alarms.AlarmSummary.none()
+    verdicts = alarms.summarize(runs, horizon) if len(runs) else alarms.AlarmSummary.none(horizon)
     long = weekly.melt(id_vars="week", value_vars=models, var_name="model")
     plot = out_dir / "weekly_auc.png"
     plot.write_bytes(weekly_auc_figure(long.rename(columns={"value": "auroc"}).dropna()))
@@ -305,11 +321,17 @@ def write_report(
         ]
     )
     mean = weekly[[*models, "flywheel_logloss", "static_logloss"]].mean()
+    period = judged.period_name
+    when, partition = (
+        ("each Monday", "day")
+        if judged.task.cadence == "daily"
+        else (f"at the start of each {period}", period)
+    )
     references = (
         f"Same-budget reference {mean.reference:.3f}, all-labels ceiling {mean.ceiling:.3f}: a "
-        "HistGradientBoosting retrained each Monday on the same features, from as many "
-        "uniformly random labels of each day as the flywheel got (`labels_before`: those "
-        "before the week), and from every outcome."
+        f"HistGradientBoosting retrained {when} on the same features, from as many "
+        f"uniformly random labels of each {partition} as the flywheel got (`labels_before`: "
+        f"those before the {period}), and from every outcome."
         if baselines
         else "The same-budget reference and the all-labels ceiling were not trained."
     )
@@ -329,8 +351,8 @@ def write_report(
             f"## Production AUC by {judged.period_name}\n\n{summary}\n\n"
             f"![AUC by {judged.period_name}]({plot.name})\n\n" + _table(weekly),
             "## Retrainings\n\n`gain`: the challenger's production AUC minus the champion's "
-            f"(`champion`) on every example of the {horizon_days} days after the event "
-            "day.\n\n"
+            f"(`champion`) on every example of the {horizon.partitions} {horizon.unit} after the "
+            "event day.\n\n"
             + _table(runs.drop(columns=["judged_examples", "champion_auc", "challenger_auc"])),
             "## Alarms\n\n" + verdicts.describe() + "\n\nMissed: scheduled retrainings that gained "
             f"{alarms.MISSED} or more with no alarm since the last retraining.\n\n"

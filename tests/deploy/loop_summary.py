@@ -55,7 +55,9 @@ def summary(instance: dg.DagsterInstance) -> dict:
 
     def materializations(asset: str, keys: tuple[str, ...]) -> list[list[str]]:
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset)), limit=1000, ascending=True
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["flights", asset])),
+            limit=1000,
+            ascending=True,
         ).records
         return [
             [str(r.asset_materialization.metadata[k].value) for k in keys]

@@ -193,7 +193,7 @@ def test_dagster_reaches_its_database_through_the_pooler(home: Path, env: dict[s
 
 @pytest.mark.parametrize(
     ("step", "day", "pause_s"),
-    [("raw_flights", "2013-01-06", 0.0), ("daily_dbt_models", "2013-01-03", 1.0)],
+    [("flights__raw_flights", "2013-01-06", 0.0), ("daily_dbt_models", "2013-01-03", 1.0)],
     ids=["ingestion", "dbt-build"],
 )
 def test_a_run_killed_mid_step_is_failed_by_run_monitoring_and_retried(

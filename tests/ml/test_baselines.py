@@ -9,12 +9,13 @@ from ml import baselines
 from ml.baselines import baseline_predictions, evaluate_baselines
 from ml.data import TabularDataModule
 from ml.metrics import auroc, binary_metrics
+from ml.synthetic import FEATURES
 
 
 def test_baselines_score_the_same_validation_split(
     splits: dict[str, pd.DataFrame], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dm = TabularDataModule(splits["train"], splits["val"])
+    dm = TabularDataModule(splits["train"], splits["val"], features=FEATURES)
     predictions = baseline_predictions(dm)
     assert set(predictions) == {"logistic_regression", "hist_gradient_boosting"}
     # The baselines are fitted once: evaluate_baselines is checked to score exactly these.
@@ -33,7 +34,7 @@ def test_baselines_score_the_same_validation_split(
 
 
 def test_unknown_split_is_an_error(splits: dict[str, pd.DataFrame]) -> None:
-    dm = TabularDataModule(splits["train"], splits["val"])
+    dm = TabularDataModule(splits["train"], splits["val"], features=FEATURES)
     with pytest.raises(KeyError):
         evaluate_baselines(dm, split="test")
 
@@ -42,7 +43,7 @@ def test_fitted_baselines_score_frames_after_a_pickle_round_trip(
     splits: dict[str, pd.DataFrame],
 ) -> None:
     """What the challenger's run keeps scores any frame as a fit on the same split does."""
-    dm = TabularDataModule(splits["train"], splits["val"])
+    dm = TabularDataModule(splits["train"], splits["val"], features=FEATURES)
     fitted = baselines.fit_baselines(dm, seed=0)
     kept = baselines.FittedBaselines.loads(fitted.dumps())
     expected = baseline_predictions(dm, "val")
@@ -56,8 +57,10 @@ def test_fitted_baselines_score_frames_after_a_pickle_round_trip(
 def test_fitted_baselines_refuse_data_preprocessed_otherwise(
     splits: dict[str, pd.DataFrame],
 ) -> None:
-    fitted = baselines.fit_baselines(TabularDataModule(splits["train"], splits["val"]))
-    other = TabularDataModule(splits["val"], splits["train"])
+    fitted = baselines.fit_baselines(
+        TabularDataModule(splits["train"], splits["val"], features=FEATURES)
+    )
+    other = TabularDataModule(splits["val"], splits["train"], features=FEATURES)
     with pytest.raises(ValueError, match="another preprocessing"):
         fitted.predict_split(other, "val")
     with pytest.raises(TypeError, match="FittedBaselines, got dict"):

@@ -11,6 +11,7 @@ from ml.baselines import evaluate_baselines
 from ml.challenger import configs_from_params, fit_challenger
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
+from ml.synthetic import FEATURES
 
 SPACE = SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",))
 
@@ -27,7 +28,9 @@ def test_configs_from_params_fill_both_configs() -> None:
 def test_the_challenger_is_the_best_trial_fitted_on_train_and_validation(
     splits: dict[str, pd.DataFrame], tmp_path: Path
 ) -> None:
-    datamodule = TabularDataModule(splits["train"], splits["val"], batch_size=512)
+    datamodule = TabularDataModule(
+        splits["train"], splits["val"], features=FEATURES, batch_size=512
+    )
     tune = TuneConfig(
         n_trials=2, storage=str(tmp_path / "s.journal"), study_name="t", search_space=SPACE
     )
@@ -73,7 +76,9 @@ def test_a_challenger_of_several_members_is_tuned_with_one_network(
         return tune(datamodule, tune_config, model_config, *args, **kwargs)
 
     monkeypatch.setattr(module, "tune", recording_tune)
-    datamodule = TabularDataModule(splits["train"], splits["val"], batch_size=512)
+    datamodule = TabularDataModule(
+        splits["train"], splits["val"], features=FEATURES, batch_size=512
+    )
     config = TuneConfig(
         n_trials=1, storage=str(tmp_path / "s.journal"), study_name="t", search_space=SPACE
     )

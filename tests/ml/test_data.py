@@ -7,10 +7,13 @@ import pytest
 import torch
 
 from ml.data import EpochOrder, TabularDataModule, training_batch_size
+from ml.synthetic import FEATURES
 
 
 def test_batch_shapes_and_dtypes(splits: dict[str, pd.DataFrame]) -> None:
-    dm = TabularDataModule(splits["train"], splits["val"], splits["test"], batch_size=512)
+    dm = TabularDataModule(
+        splits["train"], splits["val"], splits["test"], features=FEATURES, batch_size=512
+    )
     dm.setup("fit")
     batches = list(dm.train_dataloader())
     assert len(batches) == len(dm.train_dataloader()) == 6  # ceil(3000 / 512)
@@ -23,10 +26,20 @@ def test_batch_shapes_and_dtypes(splits: dict[str, pd.DataFrame]) -> None:
     assert sum(b[0].shape[0] for b in dm.test_dataloader()) == 1000
 
 
+def test_the_features_come_from_the_caller_or_a_fitted_preprocessor(
+    splits: dict[str, pd.DataFrame],
+) -> None:
+    with pytest.raises(ValueError, match="give the features"):
+        TabularDataModule(splits["train"], splits["val"])
+    fitted = TabularDataModule(splits["train"], splits["val"], features=FEATURES).preprocessor
+    reused = TabularDataModule(splits["val"], splits["test"], preprocessor=fitted)
+    assert reused.preprocessor is fitted and reused.preprocessor.features == FEATURES
+
+
 def test_epoch_covers_every_row_once_in_a_seeded_order(splits: dict[str, pd.DataFrame]) -> None:
     # Tag each row with its position in a numeric column to recover the order from batches.
     train = splits["train"].assign(distance=range(len(splits["train"])))
-    dm = TabularDataModule(train, splits["val"], batch_size=256, seed=7)
+    dm = TabularDataModule(train, splits["val"], features=FEATURES, batch_size=256, seed=7)
     j = dm.preprocessor.features.numeric.index("distance")
 
     def rows(epoch: int) -> torch.Tensor:
@@ -76,7 +89,7 @@ def test_several_streams_each_take_every_row_in_their_own_order() -> None:
 
 def test_an_ensembles_members_get_their_own_batches(splits: dict[str, pd.DataFrame]) -> None:
     train = splits["train"].assign(distance=range(len(splits["train"])))
-    dm = TabularDataModule(train, splits["val"], batch_size=512, seed=7)
+    dm = TabularDataModule(train, splits["val"], features=FEATURES, batch_size=512, seed=7)
     j = dm.preprocessor.features.numeric.index("distance")
 
     class Ensemble:  # what the loader reads of the module it trains
@@ -102,8 +115,10 @@ def test_an_ensembles_members_get_their_own_batches(splits: dict[str, pd.DataFra
 
 
 def test_reads_parquet_paths(parquet_splits: dict[str, Path], splits: dict[str, pd.DataFrame]):
-    from_paths = TabularDataModule(parquet_splits["train"], parquet_splits["val"])
-    from_frames = TabularDataModule(splits["train"], splits["val"])
+    from_paths = TabularDataModule(
+        parquet_splits["train"], parquet_splits["val"], features=FEATURES
+    )
+    from_frames = TabularDataModule(splits["train"], splits["val"], features=FEATURES)
     assert from_paths.preprocessor == from_frames.preprocessor
     for a, b in zip(from_paths.splits["val"], from_frames.splits["val"], strict=True):
         assert torch.equal(a, b)
@@ -117,7 +132,9 @@ def test_a_small_training_split_takes_smaller_batches(splits: dict[str, pd.DataF
     with pytest.raises(ValueError, match="min_steps_per_epoch must be 1 or more"):
         training_batch_size(3000, 1024, 0)
 
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=1024, min_steps_per_epoch=32)
+    dm = TabularDataModule(
+        splits["train"], splits["val"], features=FEATURES, batch_size=1024, min_steps_per_epoch=32
+    )
 
     assert (dm.batch_size, dm.requested_batch_size) == (94, 1024)
     assert len(dm.train_dataloader()) == 32
@@ -125,11 +142,15 @@ def test_a_small_training_split_takes_smaller_batches(splits: dict[str, pd.DataF
 
 
 def test_the_final_fit_trains_on_the_validation_rows_too(splits: dict[str, pd.DataFrame]) -> None:
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=1024, min_steps_per_epoch=32)
+    dm = TabularDataModule(
+        splits["train"], splits["val"], features=FEATURES, batch_size=1024, min_steps_per_epoch=32
+    )
     merged = dm.with_validation_in_training()
     both = pd.concat([splits["train"], splits["val"]], ignore_index=True)
     # The same rows as a data module built on both, its preprocessor fitted on both.
-    expected = TabularDataModule(both, splits["val"], batch_size=1024, min_steps_per_epoch=32)
+    expected = TabularDataModule(
+        both, splits["val"], features=FEATURES, batch_size=1024, min_steps_per_epoch=32
+    )
     for name in ("train", "val"):
         for got, want in zip(merged.splits[name], expected.splits[name], strict=True):
             assert torch.equal(got, want)

@@ -14,12 +14,13 @@ import json, sys
 from dataclasses import asdict
 from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
-from ml.synthetic import make_flights
+from ml.synthetic import FEATURES, make_table
 from ml.training import train
 
 if __name__ == "__main__":
     out, ckpt_dir, devices = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    dm = TabularDataModule(make_flights(2000, 1), make_flights(500, 2, True), batch_size=256)
+    dm = TabularDataModule(make_table(2000, 1), make_table(500, 2, True), features=FEATURES,
+                           batch_size=256)
     config = TrainConfig(max_epochs=2, accelerator="cpu", devices=devices, checkpoint_dir=ckpt_dir,
                          early_stopping_patience=None)
     result = train(dm, ModelConfig(width=16, depth=1), config)

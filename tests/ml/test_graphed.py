@@ -20,9 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import ml.graphed
-from ml.config import FeatureConfig, ModelConfig, TrainConfig
+from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.graphed import GraphedStep
+from ml.synthetic import FEATURES
 from ml.training import plain_step_reason, train
 
 # Dropout on, clipping on (the default 1.0) and a short last batch (3000 rows, batch 256).
@@ -36,7 +37,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 @pytest.fixture(scope="module")
 def datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
-    return TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    return TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=256)
 
 
 def test_graphed_step_on_cpu_runs_eagerly_with_the_plain_steps_results(
@@ -150,7 +151,7 @@ def weighted_datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
         name: splits[name].assign(w=np.random.default_rng(i).uniform(0.5, 4, len(splits[name])))
         for i, name in enumerate(("train", "val"))
     }
-    features = FeatureConfig(weight="w")
+    features = replace(FEATURES, weight="w")
     return TabularDataModule(frames["train"], frames["val"], features=features, batch_size=256)
 
 
@@ -162,7 +163,9 @@ def test_weighted_rows_give_the_plain_steps_results_on_cpu(
     graphed = train(dm, MODEL, replace(CONFIG, step="graphed"))
     assert graphed.history == plain.history
     unweighted = train(
-        TabularDataModule(splits["train"], splits["val"], batch_size=256), MODEL, CONFIG
+        TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=256),
+        MODEL,
+        CONFIG,
     )
     assert plain.history != unweighted.history
 
@@ -178,7 +181,7 @@ def test_replayed_graphs_match_eager_steps_on_cuda(
     dm = (
         weighted_datamodule(splits)
         if weighted
-        else TabularDataModule(splits["train"], splits["val"], batch_size=256)
+        else TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=256)
     )
     plain = train(dm, model, replace(config, step="plain"))
     with caplog.at_level(logging.INFO, logger="ml.graphed"):

@@ -13,6 +13,7 @@ from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.inference import load_predictor
 from ml.models import Dropout, TabularClassifier, TabularEnsemble, TabularNet
+from ml.synthetic import FEATURES
 from ml.training import build_module, train
 
 
@@ -101,7 +102,7 @@ def test_a_checkpoint_with_one_table_per_column_loads_into_the_single_table() ->
 
 
 def test_fast_dev_run_logs_the_metrics(splits: dict[str, pd.DataFrame]) -> None:
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm = TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=256)
     module = build_module(dm, ModelConfig(width=32), TrainConfig())
     trainer = L.Trainer(fast_dev_run=True, logger=False, enable_progress_bar=False)
     trainer.fit(module, datamodule=dm)
@@ -114,7 +115,7 @@ def test_the_optimizer_is_fused_unless_lightning_clips_under_mixed_precision(
     splits: dict[str, pd.DataFrame], precision: str
 ) -> None:
     # Lightning's mixed-precision plugin refuses to clip a fused optimizer's gradients.
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm = TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=256)
     # A CPU module for the CPU trainer (on a CUDA machine, "auto" would build the graphed one).
     module = build_module(dm, ModelConfig(width=32), TrainConfig(accelerator="cpu"))
     trainer = L.Trainer(
@@ -134,7 +135,7 @@ def test_the_optimizer_is_fused_unless_lightning_clips_under_mixed_precision(
 def test_checkpoint_alone_rebuilds_the_predictor(
     splits: dict[str, pd.DataFrame], tmp_path: Path
 ) -> None:
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm = TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=256)
     config = TrainConfig(
         max_epochs=2,
         checkpoint_dir=str(tmp_path),
@@ -184,7 +185,7 @@ def test_each_member_of_an_ensemble_gets_the_gradient_it_would_alone(
 ) -> None:
     """On a shared batch, or (own_rows) on a batch stacked one per member, as the training
     loader gives an ensemble."""
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm = TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=256)
     dm.setup("fit")
     batches = [list(b)[:3] for b in dm.train_dataloader()][:2]
     if weighted:
@@ -214,7 +215,7 @@ def test_each_member_of_an_ensemble_gets_the_gradient_it_would_alone(
 def test_batches_stacked_one_per_member_must_fit_the_model(
     splits: dict[str, pd.DataFrame],
 ) -> None:
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm = TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=256)
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     stacked = [torch.stack([t, t]) for t in batch]
@@ -232,7 +233,7 @@ def test_batches_stacked_one_per_member_must_fit_the_model(
 def test_an_ensemble_checkpoint_alone_rebuilds_the_ensemble(
     splits: dict[str, pd.DataFrame], tmp_path: Path
 ) -> None:
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm = TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=256)
     config = TrainConfig(
         max_epochs=2, checkpoint_dir=str(tmp_path), early_stopping_patience=None, accelerator="cpu"
     )
@@ -248,7 +249,7 @@ def test_an_ensemble_checkpoint_alone_rebuilds_the_ensemble(
 
 
 def test_an_ensembles_train_loss_is_one_members(splits: dict[str, pd.DataFrame]) -> None:
-    dm = TabularDataModule(splits["train"], splits["val"], batch_size=256)
+    dm = TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=256)
     module = build_module(
         dm, ModelConfig(width=16, depth=1, members=3), TrainConfig(accelerator="cpu")
     )

@@ -4,6 +4,7 @@ a network that learns beyond the prior, baselines, evaluation, drift, plots and 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from sklearn import metrics as skm
 from threadpoolctl import threadpool_limits
 
-from ml.config import FeatureConfig, ModelConfig, TrainConfig
+from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.drift import build_training_profile, feature_drift
 from ml.evaluation import _macro_weighted_auroc, evaluate_models, paired_bootstrap
@@ -34,11 +35,11 @@ from ml.metrics import (
 )
 from ml.models import TabularClassifier, TabularEnsemble, TabularNet
 from ml.preprocessing import Preprocessor
-from ml.synthetic import RATINGS, make_rated_flights
+from ml.synthetic import RATED_FEATURES, RATINGS, make_rated_table
 from ml.training import train
 
 K = len(RATINGS)
-FEATURES = FeatureConfig(label="rating", classes=RATINGS)
+FEATURES = RATED_FEATURES
 SMALL = ModelConfig(arch="mlp", width=32, depth=1)
 
 # By hand: four rows, three classes. Row 3's most probable class (1) is not its own (2).
@@ -50,9 +51,9 @@ P = np.array([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.3, 0.6], [0.3, 0.4, 0.3]
 def rated() -> dict[str, pd.DataFrame]:
     """Small rated splits; validation and test hold categories training never saw."""
     return {
-        "train": make_rated_flights(2000, seed=1),
-        "val": make_rated_flights(800, seed=2, unseen=True),
-        "test": make_rated_flights(800, seed=3, unseen=True),
+        "train": make_rated_table(2000, seed=1),
+        "val": make_rated_table(800, seed=2, unseen=True),
+        "test": make_rated_table(800, seed=3, unseen=True),
     }
 
 
@@ -68,17 +69,17 @@ def trained(rated: dict[str, pd.DataFrame], tmp_path_factory: pytest.TempPathFac
 
 
 def test_classes_are_validated_and_give_the_outputs() -> None:
-    assert FeatureConfig().n_outputs == 1 and FEATURES.n_outputs == K
+    assert replace(FEATURES, classes=None).n_outputs == 1 and FEATURES.n_outputs == K
     with pytest.raises(ValueError, match="at least 3"):
-        FeatureConfig(classes=(0, 1))
+        replace(FEATURES, classes=(0, 1))
     with pytest.raises(ValueError, match="distinct"):
-        FeatureConfig(classes=(1, 2, 2))
+        replace(FEATURES, classes=(1, 2, 2))
 
 
 def test_label_values_map_to_class_indices_and_an_unknown_one_is_named() -> None:
     halves = tuple(np.arange(1, 11) / 2)
-    frame = make_rated_flights(50, seed=0, classes=halves)
-    preprocessor = Preprocessor.fit(frame, FeatureConfig(label="rating", classes=halves))
+    frame = make_rated_table(50, seed=0, classes=halves)
+    preprocessor = Preprocessor.fit(frame, replace(FEATURES, classes=halves))
     labels = preprocessor.labels(frame)
     assert labels.dtype == np.int64
     np.testing.assert_array_equal(labels, (frame["rating"].to_numpy() * 2 - 1).astype(int))
@@ -309,9 +310,9 @@ def test_a_logged_multiclass_model_returns_score_and_class_probabilities(
     monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", experiment)
     frame = rated["test"].head(200)
     with mlflow.start_run():
-        info = log_model(trained, frame, "flywheel-ratings")
+        info = log_model(trained, frame, "flywheel-ratings", FEATURES)
     loaded = mlflow.pyfunc.load_model(info.model_uri)
-    output = loaded.predict(model_input(frame))
+    output = loaded.predict(model_input(frame, FEATURES))
 
     assert list(output.columns) == ["score", *(f"p_{k}" for k in range(K))]
     expected = load_predictor(trained).predict_proba(frame)

@@ -23,6 +23,7 @@ from optuna.trial import TrialState
 
 from ml.config import ModelConfig, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
+from ml.synthetic import FEATURES
 from ml.tuning import WorkerError, create_study, tune
 from tests.ml.conftest import REPO
 
@@ -31,7 +32,7 @@ ONE_EPOCH = TrainConfig(max_epochs=1, batch_size=512, early_stopping_patience=No
 
 @pytest.fixture(scope="module")
 def datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
-    return TabularDataModule(splits["train"], splits["val"], batch_size=512)
+    return TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=512)
 
 
 def test_two_workers_finish_a_12_trial_budget_exactly(
@@ -156,13 +157,14 @@ faulthandler.register(signal.SIGUSR1, all_threads=True)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
+from ml.synthetic import FEATURES
 from ml.tuning import tune
 
 train, val, storage, study = sys.argv[1:5]
 config = TuneConfig(n_trials=50, storage=storage, study_name=study, pruning=False, workers=2,
                     search_space=SearchSpace(width=(16,), depth=(1, 1), arch=("mlp",)))
 # Trials far longer than the test: the workers are still training when it interrupts them.
-tune(TabularDataModule(train, val, batch_size=512), config, ModelConfig(),
+tune(TabularDataModule(train, val, features=FEATURES, batch_size=512), config, ModelConfig(),
      TrainConfig(max_epochs=2000, batch_size=512, early_stopping_patience=None))
 """
 

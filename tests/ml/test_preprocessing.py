@@ -8,20 +8,21 @@ import pandas as pd
 from ml.config import FeatureConfig
 from ml.data import TabularDataModule
 from ml.preprocessing import OOV_INDEX, Preprocessor
+from ml.synthetic import FEATURES
 
 
 def test_fitted_state_ignores_validation_data(splits: dict[str, pd.DataFrame]) -> None:
     val = splits["val"]
     shuffled = val.sample(frac=1.0, random_state=0).assign(temp=val["temp"] * 100, carrier="QQ")
-    first = TabularDataModule(splits["train"], val).preprocessor.to_dict()
-    second = TabularDataModule(splits["train"], shuffled).preprocessor.to_dict()
+    first = TabularDataModule(splits["train"], val, features=FEATURES).preprocessor.to_dict()
+    second = TabularDataModule(splits["train"], shuffled, features=FEATURES).preprocessor.to_dict()
     assert first == second
     assert "QQ" not in first["vocabularies"]["carrier"]
     assert "ZZ" not in first["vocabularies"]["carrier"]
 
 
 def test_unseen_and_missing_categories_map_to_oov(splits: dict[str, pd.DataFrame]) -> None:
-    pre = Preprocessor.fit(splits["train"])
+    pre = Preprocessor.fit(splits["train"], FEATURES)
     val = splits["val"]
     categorical, _ = pre.transform(val)
     carrier = categorical[:, pre.features.categorical.index("carrier")]
@@ -34,7 +35,7 @@ def test_unseen_and_missing_categories_map_to_oov(splits: dict[str, pd.DataFrame
 
 
 def test_missing_numerics_become_zero_with_indicator(splits: dict[str, pd.DataFrame]) -> None:
-    pre = Preprocessor.fit(splits["train"])
+    pre = Preprocessor.fit(splits["train"], FEATURES)
     _, numeric = pre.transform(splits["val"])
     n = len(pre.features.numeric)
     assert numeric.dtype == np.float32 and numeric.shape == (len(splits["val"]), 2 * n)
@@ -46,7 +47,7 @@ def test_missing_numerics_become_zero_with_indicator(splits: dict[str, pd.DataFr
 
 
 def test_standardisation_uses_train_statistics(splits: dict[str, pd.DataFrame]) -> None:
-    pre = Preprocessor.fit(splits["train"])
+    pre = Preprocessor.fit(splits["train"], FEATURES)
     _, numeric = pre.transform(splits["train"])
     j = pre.features.numeric.index("distance")
     assert abs(numeric[:, j].mean()) < 1e-4 and abs(numeric[:, j].std() - 1) < 1e-4
@@ -66,7 +67,7 @@ def test_rare_categories_share_the_oov_bucket() -> None:
 
 
 def test_state_round_trips_through_json(splits: dict[str, pd.DataFrame]) -> None:
-    pre = Preprocessor.fit(splits["train"])
+    pre = Preprocessor.fit(splits["train"], FEATURES)
     restored = Preprocessor.from_dict(json.loads(json.dumps(pre.to_dict())))
     assert restored == pre
     for a, b in zip(pre.transform(splits["test"]), restored.transform(splits["test"]), strict=True):

@@ -9,10 +9,11 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.models import Model
 
-from ml.config import FeatureConfig, ModelConfig, TrainConfig
+from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.inference import load_predictor
 from ml.pyfunc import log_model, model_input
+from ml.synthetic import FEATURES
 from ml.training import train
 
 NAME = "flywheel-flights"
@@ -20,7 +21,9 @@ NAME = "flywheel-flights"
 
 @pytest.fixture(scope="module")
 def checkpoint(splits: dict[str, pd.DataFrame], tmp_path_factory: pytest.TempPathFactory) -> str:
-    datamodule = TabularDataModule(splits["train"], splits["val"], batch_size=512)
+    datamodule = TabularDataModule(
+        splits["train"], splits["val"], features=FEATURES, batch_size=512
+    )
     directory = tmp_path_factory.mktemp("checkpoints")
     config = TrainConfig(max_epochs=1, batch_size=512, checkpoint_dir=str(directory))
     result = train(datamodule, ModelConfig(width=16, depth=1), config)
@@ -45,22 +48,21 @@ def test_registered_model_scores_like_the_checkpoint(
 ) -> None:
     frame = splits["val"]
     with mlflow.start_run():
-        first = log_model(checkpoint, frame, NAME)
-        second = log_model(checkpoint, frame, NAME)
+        first = log_model(checkpoint, frame, NAME, FEATURES)
+        second = log_model(checkpoint, frame, NAME, FEATURES)
 
     assert (first.registered_model_version, second.registered_model_version) == (1, 2)
     assert sorted(v.version for v in store.search_model_versions(f"name='{NAME}'")) == [1, 2]
 
     loaded = mlflow.pyfunc.load_model(f"models:/{NAME}/1")
-    features = FeatureConfig()
     expected = load_predictor(checkpoint).predict_proba(frame)
     # Only feature columns go in; the model carries its own preprocessing.
-    predicted = loaded.predict(model_input(frame))
+    predicted = loaded.predict(model_input(frame, FEATURES))
     np.testing.assert_allclose(np.asarray(predicted, dtype=np.float64), expected, atol=1e-6)
     assert expected.std() > 0
 
     signature = loaded.metadata.signature
-    assert signature.inputs.input_names() == [*features.categorical, *features.numeric]
+    assert signature.inputs.input_names() == [*FEATURES.categorical, *FEATURES.numeric]
     assert signature.outputs is not None
     local = mlflow.artifacts.download_artifacts(f"models:/{NAME}/1")
     example = Model.load(local).load_input_example(local)
@@ -69,6 +71,6 @@ def test_registered_model_scores_like_the_checkpoint(
 
 def test_model_input_makes_numerics_double(splits: dict[str, pd.DataFrame]) -> None:
     frame = splits["train"].head(3).assign(scheduled_hour=[5, 6, 7])
-    out = model_input(frame)
+    out = model_input(frame, FEATURES)
     assert out["scheduled_hour"].dtype == np.float64
-    assert "is_late" not in out and "flight_id" not in out
+    assert "is_late" not in out and "row_id" not in out

@@ -11,6 +11,7 @@ import torch
 from ml.callbacks import AtomicCheckpointIO
 from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
+from ml.synthetic import FEATURES
 from ml.training import LAST_CHECKPOINT, train
 from tests.ml.conftest import REPO, run_until_killed
 
@@ -23,6 +24,7 @@ import os, signal, sys
 import lightning as L
 from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
+from ml.synthetic import FEATURES
 from ml.training import train
 
 train_path, val_path, ckpt_dir = sys.argv[1:4]
@@ -36,7 +38,7 @@ class KillMidEpoch(L.Callback):
 model = ModelConfig(arch="resmlp", width=32, depth=2, dropout=0.2)
 config = TrainConfig(max_epochs=4, batch_size=256, checkpoint_dir=ckpt_dir, lr=3e-3,
                      early_stopping_patience=None)
-train(TabularDataModule(train_path, val_path, batch_size=256), model, config,
+train(TabularDataModule(train_path, val_path, features=FEATURES, batch_size=256), model, config,
       callbacks=[KillMidEpoch()])
 """
 
@@ -59,7 +61,9 @@ def test_killed_run_resumes_to_the_uninterrupted_result(
     last = torch.load(killed_dir / LAST_CHECKPOINT, weights_only=False)
     assert last["epoch"] == 1
 
-    dm = TabularDataModule(parquet_splits["train"], parquet_splits["val"], batch_size=256)
+    dm = TabularDataModule(
+        parquet_splits["train"], parquet_splits["val"], features=FEATURES, batch_size=256
+    )
     reference = train(dm, MODEL, _config(tmp_path / "reference"))
     resumed = train(dm, MODEL, _config(killed_dir))
 
@@ -98,7 +102,9 @@ def test_failed_write_leaves_the_previous_checkpoint_intact(
 def test_checkpoints_are_complete_after_training(
     parquet_splits: dict[str, Path], tmp_path: Path
 ) -> None:
-    dm = TabularDataModule(parquet_splits["train"], parquet_splits["val"], batch_size=512)
+    dm = TabularDataModule(
+        parquet_splits["train"], parquet_splits["val"], features=FEATURES, batch_size=512
+    )
     ckpt_dir = tmp_path / "run"
     config = TrainConfig(
         max_epochs=1, checkpoint_dir=str(ckpt_dir), batch_size=512, accelerator="cpu"

@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
+from ml.synthetic import FEATURES
 from ml.tuning import claim_trial, create_study, plan_trials, start_params, tune
 from tests.ml.conftest import REPO, run_until_killed
 
@@ -26,7 +27,7 @@ TRAIN = TrainConfig(max_epochs=2, batch_size=512, early_stopping_patience=None, 
 
 @pytest.fixture(scope="module")
 def datamodule(splits: dict[str, pd.DataFrame]) -> TabularDataModule:
-    return TabularDataModule(splits["train"], splits["val"], batch_size=512)
+    return TabularDataModule(splits["train"], splits["val"], features=FEATURES, batch_size=512)
 
 
 def _config(tmp_path: Path, **overrides: object) -> TuneConfig:
@@ -195,6 +196,7 @@ import os, signal, sys
 from dataclasses import replace
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
+from ml.synthetic import FEATURES
 from ml.tuning import tune
 
 train_path, val_path, journal = sys.argv[1:4]
@@ -205,8 +207,8 @@ def die_after_first_trial(study, trial):
     # The first trial is stored; the process dies without warning, as a lost spot node would.
     os.kill(os.getpid(), signal.SIGKILL)
 
-tune(TabularDataModule(train_path, val_path, batch_size=512), config, ModelConfig(),
-     TrainConfig(max_epochs=1, batch_size=512, early_stopping_patience=None),
+tune(TabularDataModule(train_path, val_path, features=FEATURES, batch_size=512), config,
+     ModelConfig(), TrainConfig(max_epochs=1, batch_size=512, early_stopping_patience=None),
      trial_callback=die_after_first_trial)
 """
 
@@ -227,7 +229,9 @@ def test_study_killed_by_sigkill_continues_with_its_trials(
         TrialState.WAITING,
     ]
 
-    dm = TabularDataModule(parquet_splits["train"], parquet_splits["val"], batch_size=512)
+    dm = TabularDataModule(
+        parquet_splits["train"], parquet_splits["val"], features=FEATURES, batch_size=512
+    )
     one_epoch = TrainConfig(max_epochs=1, batch_size=512, early_stopping_patience=None)
     result = tune(dm, config, ModelConfig(), one_epoch)
     after = create_study(config, max_epochs=1).trials
@@ -242,6 +246,7 @@ import lightning as L
 import ml.tuning
 from ml.config import ModelConfig, SearchSpace, TrainConfig, TuneConfig
 from ml.data import TabularDataModule
+from ml.synthetic import FEATURES
 
 train_path, val_path, journal, kill_in = sys.argv[1:5]
 config = TuneConfig(n_trials=4, storage=journal, study_name="slots", min_resource=1,
@@ -260,7 +265,7 @@ def train(datamodule, model, train_config, callbacks=()):
     return real_train(datamodule, model, train_config, callbacks=[*callbacks, Die()])
 
 real_train, ml.tuning.trials.train = ml.tuning.trials.train, train
-ml.tuning.tune(TabularDataModule(train_path, val_path, batch_size=512),
+ml.tuning.tune(TabularDataModule(train_path, val_path, features=FEATURES, batch_size=512),
                config, ModelConfig(arch="mlp", width=16, depth=1),
                TrainConfig(max_epochs=3, batch_size=512, early_stopping_patience=None))
 """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import lightning as L
 import numpy as np
 import pandas as pd
@@ -9,13 +11,14 @@ import pytest
 import torch
 
 from ml.baselines import baseline_predictions, evaluate_baselines
-from ml.config import FeatureConfig, ModelConfig, TrainConfig
+from ml.config import ModelConfig, TrainConfig
 from ml.data import TabularDataModule
 from ml.inference import load_predictor
 from ml.metrics import auroc, logloss
+from ml.synthetic import FEATURES
 from ml.training import build_module, train
 
-WEIGHTED = FeatureConfig(weight="w")
+WEIGHTED = replace(FEATURES, weight="w")
 
 
 def weighted(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
@@ -44,7 +47,7 @@ def test_batches_carry_the_weights_with_mean_one_in_training(splits) -> None:
     val_weights = torch.cat([b[3] for b in dm.val_dataloader()])
     assert torch.allclose(val_weights, torch.from_numpy(val.w.to_numpy(np.float32)))
     # Without a weight column in the features, batches are as before.
-    assert len(next(iter(TabularDataModule(train, val).train_dataloader()))) == 3
+    assert len(next(iter(TabularDataModule(train, val, features=FEATURES).train_dataloader()))) == 3
 
 
 @pytest.mark.parametrize(
@@ -128,7 +131,7 @@ def test_weights_move_the_learned_rate_to_the_weighted_one(splits) -> None:
     val = splits["val"].assign(w=1.0)
     config = TrainConfig(max_epochs=8, early_stopping_patience=None, step="plain")
     means = {}
-    for name, features in (("plain", FeatureConfig()), ("weighted", WEIGHTED)):
+    for name, features in (("plain", FEATURES), ("weighted", WEIGHTED)):
         dm = TabularDataModule(train, val, features=features, batch_size=256)
         module = build_module(dm, ModelConfig(width=16, depth=1), config)
         L.Trainer(

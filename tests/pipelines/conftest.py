@@ -20,8 +20,9 @@ import pytest
 import yaml
 
 from pipelines.definitions import build_definitions
+from pipelines.lib.asset_keys import task_key
 from pipelines.lib.datasets import init_repository
-from pipelines.lib.landing_zone import LocalLandingZone
+from pipelines.lib.runs import RETRAINING_JOB, TASK_TAG
 from pipelines.resources import warehouse_resources
 from pipelines.task import load_task
 
@@ -54,7 +55,8 @@ class Flywheel:
         self.backend = backend
         resources = warehouse_resources("prod") if backend == "postgres" else None
         self.defs = build_definitions(env="local", resources=resources)
-        self.zone = LocalLandingZone(root=str(home / "landing"))
+        self.task_name = self.defs.resolve_job_def(RETRAINING_JOB).tags[TASK_TAG]
+        self.zone = self.defs.resources["landing_zone"]
         self.warehouse = home / "warehouse.duckdb"
         self.resource = self.defs.resources["warehouse"]
 
@@ -69,9 +71,13 @@ class Flywheel:
         return self.defs.resolve_job_def(job).execute_in_process(
             instance=self.instance,
             partition_key=partition,
-            asset_selection=[dg.AssetKey(a) for a in assets] if assets else None,
+            asset_selection=[self.key(a) for a in assets] if assets else None,
             raise_on_error=raise_on_error,
         )
+
+    def key(self, name: str) -> dg.AssetKey:
+        """The key of the task's asset `name`."""
+        return task_key(self.task_name, name)
 
     def ingest(
         self, day: str, feeds: tuple[str, ...] = ("flights", "weather"), raise_on_error: bool = True

@@ -18,6 +18,7 @@ import dagster as dg
 import duckdb
 import pytest
 
+from pipelines.contracts import default_task_name
 from pipelines.lib.landing_zone import LocalLandingZone, changed_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +47,7 @@ def copy_world(source: Path, target: Path) -> dict[str, str]:
     home = target / "flywheel"
     # A local file's version includes its inode, which a copy changes: mark the copies seen, or
     # the landing sensor would ask to ingest every day again.
-    files = LocalLandingZone(root=str(home / "landing")).list_files()
+    files = LocalLandingZone(root=str(home / "landing" / default_task_name())).list_files()
     (home / "sim" / "landing_sensor.cursor.json").write_text(changed_files(files, None)[1])
     return {
         "FLYWHEEL_ENV": "local",

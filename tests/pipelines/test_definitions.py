@@ -16,7 +16,9 @@ from tests.pipelines.conftest import play_landings, source_rows
 def test_definitions_load_with_every_stage_grouped(flywheel):
     defs = flywheel.defs
     graph = defs.resolve_asset_graph()
-    groups = {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
+    # Every asset lives under the task's name.
+    assert {key.path[0] for key in graph.get_all_asset_keys()} == {"flights"}
+    groups = {key.path[-1]: graph.get(key).group_name for key in graph.get_all_asset_keys()}
     for feed in ("flights", "weather", "planes", "airports", "airlines"):
         assert groups[f"raw_{feed}"] == "ingestion"
     for model in (
@@ -46,14 +48,14 @@ def test_definitions_load_with_every_stage_grouped(flywheel):
     assert [s.name for s in defs.schedules] == ["retraining_schedule"]
     # The retraining run closes the loop: newest labels -> dataset -> model -> gate.
     retraining = defs.resolve_job_def("retraining_job").asset_layer.executable_asset_keys
-    assert {k.to_user_string() for k in retraining} == {
+    assert {k.path[-1] for k in retraining} == {
         "fct_labelled_flights",
         "training_dataset",
         "challenger_model",
         "model_evaluation",
         "champion_model",
     }
-    daily = graph.get(dg.AssetKey("fct_flight_features")).partitions_def
+    daily = graph.get(dg.AssetKey(["flights", "fct_flight_features"])).partitions_def
     assert daily.get_first_partition_key() == "2013-01-01"
     assert daily.get_last_partition_key() == "2013-12-31"
     assert isinstance(defs.resources["landing_zone"], LocalLandingZone)

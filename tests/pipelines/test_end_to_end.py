@@ -21,6 +21,7 @@ import pytest
 
 from ml.promotion import decide
 from pipelines.defs.evaluation.assets import gate_inputs_from_metadata
+from pipelines.lib.asset_keys import task_run_config
 from pipelines.lib.registry import champion, registered_name
 from pipelines.lib.runs import full_pool_holders
 from pipelines.resources import label_store
@@ -44,16 +45,19 @@ BOOTSTRAP = 6
 # waits (the champion is two days old). The drift starts on day 8: detected that day, and
 # retrained that day, on the labels that came in since the bootstrap.
 DRIFT = PlantedDrift(START + timedelta(days=BOOTSTRAP + 1), "celsius")
-RETRAINING = {
-    "ops": {
-        "training_dataset": {"config": {"validation_days": 2, "test_days": 2}},
-        "challenger_model": {"config": {"n_trials": 1, "max_epochs": 2}},
-    }
-}
+RETRAINING = task_run_config(
+    "flights",
+    {
+        "ops": {
+            "training_dataset": {"config": {"validation_days": 2, "test_days": 2}},
+            "challenger_model": {"config": {"n_trials": 1, "max_epochs": 2}},
+        }
+    },
+)
 
 
 def materializations(instance: dg.DagsterInstance, asset: str, run_id: str) -> list[dict]:
-    records = instance.fetch_materializations(dg.AssetKey(asset), limit=1000).records
+    records = instance.fetch_materializations(dg.AssetKey(["flights", asset]), limit=1000).records
     return [
         {k: v.value for k, v in r.asset_materialization.metadata.items()}
         for r in records
@@ -113,7 +117,9 @@ def test_planted_drift_fires_the_drift_sensor_and_retraining_runs(played) -> Non
     # The drift is detected on its first day, and retrained on it: no cooldown runs yet.
     drifted = {
         r.asset_materialization.partition: r.asset_materialization.metadata["is_drifted"].value
-        for r in instance.fetch_materializations(dg.AssetKey("feature_drift"), limit=100).records
+        for r in instance.fetch_materializations(
+            dg.AssetKey(["flights", "feature_drift"]), limit=100
+        ).records
         if "is_drifted" in r.asset_materialization.metadata
     }
     assert drifted[DRIFT.start.isoformat()] is True
@@ -123,7 +129,9 @@ def test_planted_drift_fires_the_drift_sensor_and_retraining_runs(played) -> Non
     assert first.status == dg.DagsterRunStatus.SUCCESS
     event = next(
         r.asset_materialization
-        for r in instance.fetch_materializations(dg.AssetKey("feature_drift"), limit=100).records
+        for r in instance.fetch_materializations(
+            dg.AssetKey(["flights", "feature_drift"]), limit=100
+        ).records
         if r.asset_materialization.partition == first.tags["flywheel/event_day"]
     )
     assert event.metadata["is_drifted"].value is True
@@ -202,6 +210,7 @@ def test_rescoring_a_day_replaces_it_exactly(played) -> None:
 
 
 def test_report_numbers_come_from_the_run(played, tmp_path) -> None:
+    from sim.judge.alarms import Horizon
     from sim.judge.report import write_report
 
     first_scored = played.scalar("select cast(min(flight_date) as varchar) from flight_predictions")
@@ -214,8 +223,7 @@ def test_report_numbers_come_from_the_run(played, tmp_path) -> None:
         1,
         tmp_path / "report",
         ["test header"],
-        horizon_days=3,
-        min_days=1,
+        horizon=Horizon(3, 1, "days"),
     )
     runs = played.instance.get_run_records(dg.RunsFilter(job_name="retraining_job"))
     assert len(report.retrainings) == len(runs)
@@ -325,7 +333,10 @@ def uninterrupted(played, tmp_path_factory) -> dict[str, list[tuple]]:
 
 
 @pytest.mark.slow  # each case kills a run, then plays two days on a world copy: `make test-all`
-@pytest.mark.parametrize("step", ["raw_weather", "daily_dbt_models", "flight_predictions"], ids=str)
+# Step keys: an asset's op is named after its key (`flights__raw_weather`); dbt's is its own.
+@pytest.mark.parametrize(
+    "step", ["flights__raw_weather", "daily_dbt_models", "flights__flight_predictions"], ids=str
+)
 def test_a_daily_run_killed_mid_step_is_failed_retried_and_leaves_the_warehouse_whole(
     played, uninterrupted, tmp_path, step
 ) -> None:
@@ -357,7 +368,12 @@ def test_a_daily_run_killed_mid_step_is_failed_retried_and_leaves_the_warehouse_
 def test_a_retraining_killed_mid_training_does_not_stop_the_next_one(played, tmp_path) -> None:
     with world(played, tmp_path) as (env, instance):
         killed = kill_at_step(
-            CHILD, ["retrain", NEXT.isoformat()], env, "retraining_job", "challenger_model", 3.0
+            CHILD,
+            ["retrain", NEXT.isoformat()],
+            env,
+            "retraining_job",
+            "flights__challenger_model",
+            3.0,
         )
         assert killed.status == dg.DagsterRunStatus.STARTED
         driver = world_driver(instance)  # start-up: failed, freed, retried once

@@ -197,13 +197,13 @@ def check_evaluation(result: dg.ExecuteInProcessResult, asset: str, check: str):
     (evaluation,) = [
         e
         for e in result.get_asset_check_evaluations()
-        if e.asset_key == dg.AssetKey(asset) and e.check_name == check
+        if e.asset_key == dg.AssetKey(["flights", asset]) and e.check_name == check
     ]
     return evaluation
 
 
 def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
-    return {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    return {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
 
 
 def test_a_header_only_day_blocks_its_features_and_scoring_and_a_short_day_does_not(flywheel):
@@ -267,7 +267,7 @@ def test_a_file_cut_to_a_tenth_is_an_error_naming_the_day_in_a_multi_day_run(fly
     job = flywheel.defs.resolve_job_def("daily_warehouse_job")
     result = job.execute_in_process(
         instance=flywheel.instance,
-        asset_selection=[dg.AssetKey("raw_flights")],
+        asset_selection=[dg.AssetKey(["flights", "raw_flights"])],
         tags={
             "dagster/asset_partition_range_start": "2013-11-27",
             "dagster/asset_partition_range_end": THANKSGIVING,
@@ -424,7 +424,7 @@ def test_a_file_quarantined_whole_keeps_every_row_with_its_line_and_own_reason()
 def test_the_declared_humidity_check_says_what_happens_to_a_failing_day():
     from pipelines.defs.ingestion.checks import humidity_check_spec
 
-    key, rule = dg.AssetKey("raw_weather"), POLICY.humidity["weather"]
+    key, rule = dg.AssetKey(["flights", "raw_weather"]), POLICY.humidity["weather"]
     assert rule.quarantine
     assert humidity_check_spec(key, rule).description.endswith(
         "the day's rows are quarantined in raw.quarantine."

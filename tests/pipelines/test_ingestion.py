@@ -56,7 +56,7 @@ def test_rerunning_a_partition_replaces_it_exactly(flywheel):
         "group by all having count(*) > 1)"
     )
     assert dupes == [(0,)]
-    meta = first.asset_materializations_for_node("raw_flights")[0].metadata
+    meta = first.asset_materializations_for_node("flights__raw_flights")[0].metadata
     assert meta["dagster/row_count"].value == source_rows("flights", DAY)
 
 
@@ -84,7 +84,7 @@ def test_a_real_out_of_range_observation_is_quarantined(flywheel):
     assert good_file(flywheel, "weather", "2013-02-12")[line - 1].startswith("EWR,2013,2,12,3,")
     loaded = flywheel.scalar("select count(*) from raw.weather")
     assert loaded == source_rows("weather", "2013-02-12") - 1
-    meta = result.asset_materializations_for_node("raw_weather")[0].metadata
+    meta = result.asset_materializations_for_node("flights__raw_weather")[0].metadata
     assert meta["rows_quarantined"].value == 1
 
 

@@ -531,7 +531,7 @@ def test_the_inbox_sensor_asks_for_an_import_of_the_newest_day_when_annotations_
     with dg.DagsterInstance.ephemeral() as instance:
         for day in (DAY1, DAY2):  # exports materialized for two days: DAY2 is the newest
             instance.report_runless_asset_event(
-                dg.AssetMaterialization(asset_key=TASK.label_tasks_table, partition=day)
+                dg.AssetMaterialization([TASK.name, TASK.label_tasks_table], partition=day)
             )
 
         def tick(cursor):

@@ -6,6 +6,7 @@ from datetime import date
 import dagster as dg
 import duckdb
 
+from pipelines.lib.asset_keys import task_run_config
 from sim.world.annotators import LabelingService
 from sim.world.replay import land_days
 from tests.pipelines.conftest import source_table
@@ -17,8 +18,10 @@ def materialize(flywheel, asset: str, partition: str, config: dict | None = None
     return flywheel.defs.resolve_job_def("__ASSET_JOB").execute_in_process(
         instance=flywheel.instance,
         partition_key=partition,
-        asset_selection=[dg.AssetKey(asset)],
-        run_config={"ops": {asset: {"config": config}}} if config else None,
+        asset_selection=[dg.AssetKey(["flights", asset])],
+        run_config=(
+            task_run_config("flights", {"ops": {asset: {"config": config}}}) if config else None
+        ),
     )
 
 
@@ -38,7 +41,7 @@ def test_export_label_import_round_trip(flywheel):
     flywheel.run("daily_warehouse_job", DAY)
     budget = {"budget": 40, "audit_share": 0.25}
     exported = materialize(flywheel, "label_tasks", DAY, budget)
-    meta = exported.asset_materializations_for_node("label_tasks")[0].metadata
+    meta = exported.asset_materializations_for_node("flights__label_tasks")[0].metadata
     assert meta["dagster/row_count"].value == 40
     assert meta["reasons"].value == {"random": 40}  # no model yet: the choice is random
     tasks = flywheel.sql("select task_id, flight_id, reason from raw.label_tasks")
@@ -54,7 +57,7 @@ def test_export_label_import_round_trip(flywheel):
     LabelingService(store, latency_days=1).deliver(date(2013, 1, 2))
     imported = materialize(flywheel, "flight_labels", NEXT)
     assert (
-        imported.asset_materializations_for_node("flight_labels")[0]
+        imported.asset_materializations_for_node("flights__flight_labels")[0]
         .metadata["dagster/row_count"]
         .value
         == 40
@@ -132,7 +135,7 @@ def test_with_a_champion_the_choice_follows_uncertainty_audit_and_drift(flywheel
             "'JFK-LAX' as segment_value, timestamp '2012-12-31' as flagged_at"
         )
     result = materialize(flywheel, "label_tasks", DAY, {"budget": 20, "audit_share": 0.25})
-    meta = result.asset_materializations_for_node("label_tasks")[0].metadata
+    meta = result.asset_materializations_for_node("flights__label_tasks")[0].metadata
     reasons = meta["reasons"].value
     assert reasons["audit"] == 5
     assert 0 < reasons["drift_segment"] <= 7

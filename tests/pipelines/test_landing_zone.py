@@ -115,10 +115,11 @@ def test_sim_cli_lands_into_the_prod_landing_zone(s3_env, tmp_path, monkeypatch,
     monkeypatch.setenv("FLYWHEEL_LANDING_BUCKET", s3_env.bucket)
     monkeypatch.setenv("FLYWHEEL_LANDING_PREFIX", "landing")
     assert main(["advance", "--days", "1", "--env", "prod"]) == 0
-    assert f"into s3://{s3_env.bucket}/landing: 5 files written" in capsys.readouterr().out
+    assert f"into s3://{s3_env.bucket}/landing/flights: 5 files written" in capsys.readouterr().out
     s3 = S3Resource(endpoint_url=s3_env.endpoint_url, region_name=s3_env.region)
     objects = s3.get_client().list_objects_v2(Bucket=s3_env.bucket)["Contents"]
-    assert "landing/flights/2013-01-01.csv" in {o["Key"] for o in objects}
+    # Each task's files under its own prefix.
+    assert "landing/flights/flights/2013-01-01.csv" in {o["Key"] for o in objects}
 
 
 def test_zones_of_one_bucket_share_a_client_probed_once_and_a_failed_probe_is_not_kept(

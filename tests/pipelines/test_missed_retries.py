@@ -14,7 +14,7 @@ from pipelines.defs.runs.sensors import (
     build_missed_retry_sensor,
     missed_retries,
 )
-from pipelines.lib.runs import PARENT_RUN_TAG, RETRY_NUMBER_TAG, ROOT_RUN_TAG
+from pipelines.lib.runs import PARENT_RUN_TAG, RETRY_NUMBER_TAG, ROOT_RUN_TAG, TASK_TAG
 
 PARTITIONS = dg.DailyPartitionsDefinition(start_date="2013-01-01")
 
@@ -25,7 +25,7 @@ def load_day(context) -> None:
         raise RuntimeError("killed mid-step")
 
 
-@dg.job(partitions_def=PARTITIONS, tags={"flywheel/kind": "daily"})
+@dg.job(partitions_def=PARTITIONS, tags={"flywheel/kind": "daily", TASK_TAG: "flights"})
 def day_job() -> None:
     load_day()
 
@@ -52,7 +52,7 @@ def instance():
 
 
 def tick(instance: dg.DagsterInstance) -> list[dg.RunRequest]:
-    sensor = build_missed_retry_sensor([day_job])
+    sensor = build_missed_retry_sensor("flights", [day_job])
     with dg.build_sensor_context(instance=instance, sensor_name=sensor.name) as context:
         return list(sensor(context) or [])
 
@@ -91,6 +91,9 @@ def test_retried_spent_or_old_runs_are_left_alone(instance, monkeypatch):
     assert tick(instance) == []
     # A failure older than the lookback is not looked at.
     recent = failed_run(instance, "2013-01-05")
-    assert recent.run_id in {run.run_id for run in missed_retries(instance, time.time())}
+    # Another task's run is its own code location's to retry (the same job name there or not).
+    other = failed_run(instance, "2013-01-06", **{TASK_TAG: "movielens"})
+    missed = {run.run_id for run in missed_retries(instance, time.time(), "flights")}
+    assert recent.run_id in missed and other.run_id not in missed
     later = time.time() + sensors.LOOKBACK_S + 60
-    assert list(missed_retries(instance, later)) == []
+    assert list(missed_retries(instance, later, "flights")) == []

@@ -21,9 +21,45 @@ def spec_of(path: Path):
     return load_task(path).model
 
 
-def test_the_flights_section_describes_the_models_defaults() -> None:
+def test_the_flights_section_gives_the_models_columns() -> None:
     spec = FLIGHTS.model
-    assert spec.features == FeatureConfig()
+    assert spec.features == FeatureConfig(
+        categorical=(
+            "carrier",
+            "origin",
+            "dest",
+            "route",
+            "plane_manufacturer",
+            "plane_type",
+            "plane_engine",
+        ),
+        numeric=(
+            "scheduled_hour",
+            "scheduled_weekday",
+            "scheduled_month",
+            "distance",
+            "temp",
+            "dewp",
+            "humid",
+            "wind_dir",
+            "wind_speed",
+            "wind_gust",
+            "precip",
+            "pressure",
+            "visib",
+            "plane_age_years",
+            "plane_seats",
+            "plane_engines",
+            "route_late_rate",
+            "route_labelled_count",
+            "carrier_late_rate",
+            "carrier_labelled_count",
+            "origin_hour_late_rate",
+            "origin_hour_labelled_count",
+        ),
+        label="is_late",
+        id_columns=("flight_id", "flight_date"),
+    )
     assert (spec.example_id, spec.label, spec.time_column) == (
         "flight_id",
         "is_late",
@@ -101,10 +137,10 @@ def test_the_assets_read_their_tables_from_the_section(tmp_path, monkeypatch) ->
     monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path / "home"))
     defs = build_definitions(env="local", task_name=str(path))
     graph = defs.resolve_asset_graph()
-    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    keys = {k.path[-1] for k in graph.get_all_asset_keys()}
     assert "order_predictions" in keys and "flight_predictions" not in keys
     parents = {
-        name: {p.to_user_string() for p in graph.get(dg.AssetKey(name)).parent_keys}
+        name: {p.path[-1] for p in graph.get(dg.AssetKey(["flights", name])).parent_keys}
         for name in ("order_predictions", "feature_drift", "training_dataset", "label_tasks")
     }
     assert parents["order_predictions"] == {"fct_order_features"}

@@ -10,14 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ml.config import FeatureConfig
 from ml.drift import build_training_profile
+from ml.synthetic import FEATURES
 from pipelines.defs.monitoring.assets import FLAGS_TABLE, _ensure
 from pipelines.defs.monitoring.triggers import build_monitoring_triggers, in_cooldown
+from pipelines.lib.runs import TASK_TAG
 from pipelines.lib.warehouse import DuckDBWarehouse, replace_rows
 from pipelines.monitoring import drift_table, flagged_segments, realized_performance
 from pipelines.thresholds import MonitoringSpec
 
+TASK = "flights"
 POLICY = MonitoringSpec(
     min_labels=100,
     cooldown_days=7,
@@ -28,7 +30,7 @@ POLICY = MonitoringSpec(
 
 def flights(n: int, seed: int, temp_shift: float = 0.0, carrier: str | None = None):
     rng = np.random.default_rng(seed)
-    features = FeatureConfig()
+    features = FEATURES
     frame = pd.DataFrame(
         {c: rng.choice(["AA", "B6", "DL", "UA"], n) for c in features.categorical}
         | {c: rng.normal(50, 10, n) for c in features.numeric}
@@ -41,7 +43,7 @@ def flights(n: int, seed: int, temp_shift: float = 0.0, carrier: str | None = No
 
 
 def test_drift_table_flags_shifted_features_and_segments_not_excluded_ones() -> None:
-    features = FeatureConfig()
+    features = FEATURES
     training = flights(4000, seed=0)
     profile = build_training_profile(training, features.categorical, features.numeric)
     same = drift_table(profile, flights(2000, seed=1), None, features, POLICY)
@@ -62,7 +64,7 @@ def test_drift_table_flags_shifted_features_and_segments_not_excluded_ones() -> 
 def test_flagged_segments_are_stored_after_days_that_flagged_none(tmp_path) -> None:
     # The table is created by the first day monitored; that day flagged nothing (2013-01-12 of
     # the simulation): its text columns must still take the segments of the days after.
-    features = FeatureConfig()
+    features = FEATURES
     profile = build_training_profile(flights(4000, seed=0), features.categorical, features.numeric)
     quiet = flights(2000, seed=1)
     none = flagged_segments(
@@ -149,9 +151,16 @@ def test_cooldown_counts_monitored_days(day: str, last: str | None, expected: bo
 
 @pytest.fixture
 def triggers():
-    job = dg.define_asset_job("retraining_job", selection=dg.AssetSelection.all())
+    job = dg.define_asset_job(
+        "retraining_job", selection=dg.AssetSelection.all(), tags={TASK_TAG: TASK}
+    )
     drift, performance, schedule = build_monitoring_triggers(
-        job, POLICY, dg.AssetKey("labels"), dg.AssetKey("champion_model")
+        job,
+        POLICY,
+        dg.AssetKey("labels"),
+        dg.AssetKey("champion_model"),
+        dg.AssetKey("feature_drift"),
+        dg.AssetKey("model_performance"),
     )
 
     daily = dg.DailyPartitionsDefinition("2013-01-01")
@@ -227,16 +236,20 @@ def test_performance_sensor_requests_when_the_champion_decays(triggers) -> None:
 
 
 def add_retraining(
-    instance: dg.DagsterInstance, event_day: str, started: bool = False, trigger: str = "schedule"
+    instance: dg.DagsterInstance,
+    event_day: str,
+    started: bool = False,
+    trigger: str = "schedule",
+    task: str = TASK,
 ) -> None:
-    """Record a finished retraining run that trained on data up to `event_day` (`started`: with
-    its start and success events, timed now)."""
+    """Record a finished retraining run of `task` that trained on data up to `event_day`
+    (`started`: with its start and success events, timed now)."""
     run = instance.add_run(
         dg.DagsterRun(
             job_name="retraining_job",
-            run_id=f"retraining-{event_day}",
+            run_id=f"retraining-{event_day}" + ("" if task == TASK else f"-{task}"),
             status=dg.DagsterRunStatus.NOT_STARTED if started else dg.DagsterRunStatus.SUCCESS,
-            tags={"flywheel/event_day": event_day, "flywheel/trigger": trigger},
+            tags={"flywheel/event_day": event_day, "flywheel/trigger": trigger, TASK_TAG: task},
         )
     )
     if started:
@@ -250,6 +263,18 @@ def test_no_request_when_a_retraining_already_covers_the_day(triggers) -> None:
         add_retraining(instance, "2013-10-06")
         report(instance, "2013-10-05", True)
         assert tick(defs, sensor, instance, None).run_requests == []
+
+
+def test_another_tasks_retraining_covers_nothing(triggers) -> None:
+    """Code locations of two tasks share the instance and their jobs' names: a retraining of the
+    other task neither covers this task's day nor starts its cooldown."""
+    defs, sensor, _ = triggers
+    with dg.instance_for_test() as instance:
+        add_retraining(instance, "2013-10-06", trigger="drift", task="movielens")
+        report(instance, "2013-10-05", True)
+        assert [r.run_key for r in tick(defs, sensor, instance, None).run_requests] == [
+            "drift_sensor:2013-10-05"
+        ]
 
 
 def test_the_sensors_share_one_cooldown_and_a_schedule_run_starts_none(triggers) -> None:
@@ -342,7 +367,11 @@ def test_weekly_schedule_counts_no_failed_retraining(triggers) -> None:
                 job_name="retraining_job",
                 run_id="failed-2013-10-03",
                 status=dg.DagsterRunStatus.FAILURE,
-                tags={"flywheel/event_day": "2013-10-03", "flywheel/trigger": "drift"},
+                tags={
+                    "flywheel/event_day": "2013-10-03",
+                    "flywheel/trigger": "drift",
+                    TASK_TAG: TASK,
+                },
             )
         )
         with dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx:

@@ -30,7 +30,7 @@ def movielens_defs(flywheel, dvc_repo, monkeypatch) -> dg.Definitions:
 def test_monthly_events_become_features_from_ratings_known_before_their_month(
     flywheel, movielens_defs
 ) -> None:
-    land_days(flywheel.zone, MONTHS, TASK)
+    land_days(movielens_defs.resources["landing_zone"], MONTHS, TASK)
     ran = play_landings(flywheel, movielens_defs)
     assert ran == [
         ("dimension_warehouse_job", None),
@@ -86,11 +86,12 @@ def test_a_ten_class_model_is_trained_evaluated_registered_and_scores_each_class
 ) -> None:
     """The retraining job on the ratings of three months (uniformly labelled), then the next
     month's scoring with the model it registered: one probability per star choice."""
+    from pipelines.lib.asset_keys import task_run_config
     from pipelines.lib.registry import champion, registered_name, versions
     from pipelines.settings import retraining_run_config
 
     months = [date(2000, 8, 1), date(2000, 9, 1), date(2000, 10, 1), date(2000, 11, 1)]
-    land_days(flywheel.zone, months, TASK)
+    land_days(movielens_defs.resources["landing_zone"], months, TASK)
     play_landings(flywheel, movielens_defs)
     source = movielens.load()
     labelled = pd.concat([source.months[m.isoformat()] for m in months[:3]], ignore_index=True)
@@ -121,7 +122,8 @@ def test_a_ten_class_model_is_trained_evaluated_registered_and_scores_each_class
         "FLYWHEEL_TUNING_WORKERS": 1,
     }
     retrained = movielens_defs.resolve_job_def("retraining_job").execute_in_process(
-        instance=flywheel.instance, run_config=retraining_run_config(settings)
+        instance=flywheel.instance,
+        run_config=task_run_config(TASK, retraining_run_config(settings)),
     )
     assert retrained.success
     # The multi-class figures: macro one-vs-rest AUC and the ten-class log loss.
@@ -136,7 +138,7 @@ def test_a_ten_class_model_is_trained_evaluated_registered_and_scores_each_class
     movielens_defs.resolve_job_def("daily_warehouse_job").execute_in_process(
         instance=flywheel.instance,
         partition_key="2000-11-01",
-        asset_selection=[dg.AssetKey("rating_predictions")],
+        asset_selection=[dg.AssetKey(["movielens", "rating_predictions"])],
     )
     with warehouse.connect() as con:
         scored = con.df("select * from rating_predictions")
@@ -146,10 +148,12 @@ def test_a_ten_class_model_is_trained_evaluated_registered_and_scores_each_class
     expected = scored[columns].to_numpy() @ np.arange(10) / 9
     assert np.allclose(scored.probability, expected)
     # A month in which nobody rated anything is scored as what it is: nothing.
-    land_days(flywheel.zone, [date(1999, 8, 1)], TASK)
+    land_days(movielens_defs.resources["landing_zone"], [date(1999, 8, 1)], TASK)
     assert ("daily_warehouse_job", "1999-08-01") in play_landings(flywheel, movielens_defs)
     (scoring,) = flywheel.instance.fetch_materializations(
-        dg.AssetRecordsFilter(dg.AssetKey("rating_predictions"), asset_partitions=["1999-08-01"]),
+        dg.AssetRecordsFilter(
+            dg.AssetKey(["movielens", "rating_predictions"]), asset_partitions=["1999-08-01"]
+        ),
         limit=1,
     ).records
     assert scoring.asset_materialization.metadata["dagster/row_count"].value == 0

@@ -18,6 +18,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from pipelines.lib.asset_keys import task_run_config
 from pipelines.lib.warehouse import (
     DuckDBWarehouse,
     PostgresWarehouse,
@@ -71,12 +72,13 @@ def play_days(flywheel) -> dict:
     flywheel.run("__ASSET_JOB", assets=["fct_labelled_flights"])
     dataset = flywheel.defs.resolve_job_def("__ASSET_JOB").execute_in_process(
         instance=flywheel.instance,
-        asset_selection=[dg.AssetKey("training_dataset")],
-        run_config={
-            "ops": {"training_dataset": {"config": {"validation_days": 1, "test_days": 1}}}
-        },
+        asset_selection=[dg.AssetKey(["flights", "training_dataset"])],
+        run_config=task_run_config(
+            "flights",
+            {"ops": {"training_dataset": {"config": {"validation_days": 1, "test_days": 1}}}},
+        ),
     )
-    metadata = dataset.asset_materializations_for_node("training_dataset")[0].metadata
+    metadata = dataset.asset_materializations_for_node("flights__training_dataset")[0].metadata
     return {
         "features": rows(flywheel, "select * from fct_flight_features"),
         "examples": rows(flywheel, "select * from fct_labelled_flights"),
@@ -290,7 +292,7 @@ def test_on_postgres_bad_rows_are_quarantined_and_an_unparseable_file_changes_no
             "dagster/asset_partition_range_start": day,
             "dagster/asset_partition_range_end": other,
         },
-        asset_selection=[dg.AssetKey("raw_flights")],
+        asset_selection=[dg.AssetKey(["flights", "raw_flights"])],
         raise_on_error=False,
     )
     assert not result.success

@@ -15,8 +15,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
-from ml.config import FeatureConfig
-from ml.synthetic import make_flights
+from ml.synthetic import FEATURES, make_table
 from pipelines.defs.training.assets import build_training_assets
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.tracking import (
@@ -56,13 +55,13 @@ def record_dataset(instance: dg.DagsterInstance, store: DvcDatasetStore) -> str:
     """Save a tiny dataset with DVC and record it as training_dataset's latest materialization;
     its DVC hash."""
     splits = {
-        split: make_flights(1500 if split == "train" else 500, seed=seed, unseen=split != "train")
+        split: make_table(1500 if split == "train" else 500, seed=seed, unseen=split != "train")
         for seed, split in enumerate(("train", "validation", "test"), start=1)
     }
     version = store.save("flights", splits)
     instance.report_runless_asset_event(
         dg.AssetMaterialization(
-            asset_key="training_dataset",
+            asset_key=["flights", "training_dataset"],
             metadata={"path": str(version.path), "dvc_hash": version.dvc_hash},
             tags={"dagster/data_version": version.dvc_hash},
         )
@@ -81,7 +80,7 @@ def materialize(
     **config: object,
 ) -> dg.ExecuteInProcessResult:
     return dg.materialize(
-        build_training_assets("flights", FeatureConfig()),
+        build_training_assets("flights", FEATURES),
         instance=instance,
         resources={
             "tracker": tracker,
@@ -89,7 +88,7 @@ def materialize(
             "dataset_store": store,
             "tuning_workers": LocalTuningWorkers(),
         },
-        run_config={"ops": {"challenger_model": {"config": config}}},
+        run_config={"ops": {"flights__challenger_model": {"config": config}}},
         raise_on_error=False,
     )
 
@@ -123,7 +122,7 @@ def test_challenger_is_tuned_tracked_and_registered(
     assert meta["trials_complete"] + meta["trials_pruned"] == 2
     assert meta["tuning_compute_seconds"] > 0
     assert materialization.tags["dagster/data_version"] == f"{MODEL}/1"
-    assert materialization.tags["dagster/input_data_version/training_dataset"] == dvc_hash
+    assert materialization.tags["dagster/input_data_version/flights/training_dataset"] == dvc_hash
 
     client = tracker.client()
     runs = client.search_runs([tracker.experiment_id()])
@@ -183,7 +182,7 @@ def test_fails_clearly_without_a_dataset(
 
     assert not result.success
     [failure] = [e for e in result.all_events if e.is_step_failure]
-    assert "training_dataset was never materialized" in str(failure.step_failure_data.error)
+    assert "flights/training_dataset was never materialized" in str(failure.step_failure_data.error)
 
 
 def test_trial_metrics_prefer_a_recorded_history() -> None:
@@ -249,10 +248,10 @@ def kept_baselines_score_the_evaluation(
     from pipelines.defs.training.assets import latest_dataset
     from pipelines.lib.registry import DATASET_TAG, model_version, read_baselines
 
-    dataset = latest_dataset(instance, store)
+    dataset = latest_dataset(instance, store, "flights")
     frames = {s: pd.read_parquet(dataset.split(s)) for s in ("train", "validation", "test")}
     test = frames["test"]
-    refitted = TabularDataModule(frames["train"], frames["validation"], test, seed=0)
+    refitted = TabularDataModule(frames["train"], frames["validation"], test, FEATURES, seed=0)
     expected = baselines.baseline_predictions(refitted, "test")
     assert read_baselines(tracker, version.run_id) is not None
     challenger = model_version(tracker, MODEL, 1)
@@ -263,7 +262,7 @@ def kept_baselines_score_the_evaluation(
     with monkeypatch.context() as patch:
         patch.setattr(baselines, "fit_baselines", no_fit)
         kept = baseline_scores(
-            tracker, FeatureConfig(), challenger, dataset.dvc_hash, frames, test, seed=0
+            tracker, FEATURES, challenger, dataset.dvc_hash, frames, test, seed=0
         )
     assert set(kept) == set(expected)
     for name, scores in expected.items():
@@ -275,15 +274,13 @@ def kept_baselines_score_the_evaluation(
         patch.setattr(
             baselines, "fit_baselines", lambda *a, **k: fits.append(1) or fit_baselines(*a, **k)
         )
-        baseline_scores(tracker, FeatureConfig(), challenger, "another", frames, test, seed=0)
+        baseline_scores(tracker, FEATURES, challenger, "another", frames, test, seed=0)
     assert fits == [1]
     # A run that kept none (one of an older version): the evaluation fits them itself.
     with tracker.start_run(run_name="older", tags={DATASET_TAG: dataset.dvc_hash}) as older:
         pass
     assert read_baselines(tracker, older.info.run_id) is None
     unkept = replace(challenger, run_id=older.info.run_id)
-    fitted = baseline_scores(
-        tracker, FeatureConfig(), unkept, dataset.dvc_hash, frames, test, seed=0
-    )
+    fitted = baseline_scores(tracker, FEATURES, unkept, dataset.dvc_hash, frames, test, seed=0)
     for name, scores in expected.items():
         assert (fitted[name] == scores).all(), name

@@ -38,9 +38,9 @@ def write_examples(warehouse: Path, days: int, seed: int = 0) -> pd.DataFrame:
 def materialize(flywheel, task: str | None = None) -> dg.MaterializeResult:
     defs = build_definitions(env="local", task_name=task)
     result = defs.resolve_job_def("__ASSET_JOB").execute_in_process(
-        instance=flywheel.instance, asset_selection=[dg.AssetKey("training_dataset")]
+        instance=flywheel.instance, asset_selection=[dg.AssetKey(["flights", "training_dataset"])]
     )
-    return result.asset_materializations_for_node("training_dataset")[0]
+    return result.asset_materializations_for_node("flights__training_dataset")[0]
 
 
 def remote_objects(remote: Path) -> set[Path]:
@@ -99,7 +99,7 @@ def test_too_few_labelled_days_is_a_clear_error(flywheel, dvc_repo):
     defs = build_definitions(env="local")
     result = defs.resolve_job_def("__ASSET_JOB").execute_in_process(
         instance=flywheel.instance,
-        asset_selection=[dg.AssetKey("training_dataset")],
+        asset_selection=[dg.AssetKey(["flights", "training_dataset"])],
         raise_on_error=False,
     )
     assert not result.success

@@ -88,7 +88,11 @@ def test_feature_mart_has_one_row_per_flight_and_checks_pass(flywheel):
         assert n == source_rows("flights", day)
     checks = [e for r in results for e in r.get_asset_check_evaluations()]
     assert checks and all(c.passed for c in checks)
-    fct_checks = {c.check_name for c in checks if c.asset_key == dg.AssetKey("fct_flight_features")}
+    fct_checks = {
+        c.check_name
+        for c in checks
+        if c.asset_key == dg.AssetKey(["flights", "fct_flight_features"])
+    }
     assert "unique_fct_flight_features_flight_id" in fct_checks
     specs = {
         s.name: s.blocking
@@ -140,7 +144,7 @@ def test_two_partitions_materialized_at_once_both_complete(flywheel):
         pass  # storage made once, as by setup
     env = os.environ | {"DAGSTER_HOME": str(dagster_home)}
     # The daily assets only: downstream of them are labeling, datasets and training.
-    select = 'key:"raw_flights" or key:"raw_weather" or tag:"daily"'
+    select = 'key:"flights/raw_flights" or key:"flights/raw_weather" or tag:"daily"'
     procs = [
         subprocess.Popen(
             [
@@ -149,6 +153,8 @@ def test_two_partitions_materialized_at_once_both_complete(flywheel):
                 "materialize",
                 "-m",
                 "pipelines.definitions",
+                "-a",
+                "defs",
                 "--select",
                 select,
                 "--partition",

@@ -22,14 +22,14 @@ FLIGHTS = ["2013-01-01_UA1545_EWR", "2013-01-01_AA1141_JFK"]
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FLYWHEEL_ENV", "local")
     monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path))
-    store = LocalLandingZone(root=str(tmp_path / "labeling"))
+    store = LocalLandingZone(root=str(tmp_path / "labeling" / "flights"))
     tasks = [{"data": {"task_id": f"T-{f}", "flight_id": f}, "meta": {}} for f in FLIGHTS]
     store.write_bytes("outbox/batch-1.json", json.dumps(tasks).encode())
     return tmp_path
 
 
 def inbox(home: Path) -> dict[str, bytes]:
-    root = home / "labeling" / "inbox"
+    root = home / "labeling" / "flights" / "inbox"
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.json"))}
 
 

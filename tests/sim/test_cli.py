@@ -21,7 +21,7 @@ def _clock(home: Path) -> str:
 
 
 def _landed(home: Path) -> dict[str, bytes]:
-    root = home / "landing"
+    root = home / "landing" / "flights"
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*.csv")}
 
 
@@ -56,11 +56,11 @@ def test_advance_continues_after_the_clock(home, capsys):
 
 def test_advance_is_idempotent(home, capsys):
     main(["advance", "--days", "2", "--start", "2013-04-01"])
-    before = {p: p.stat().st_mtime_ns for p in (home / "landing").rglob("*")}
+    before = {p: p.stat().st_mtime_ns for p in (home / "landing" / "flights").rglob("*")}
     capsys.readouterr()
     assert main(["advance", "--days", "2", "--start", "2013-04-01"]) == 0
     assert "0 files written, 7 unchanged" in capsys.readouterr().out
-    assert {p: p.stat().st_mtime_ns for p in (home / "landing").rglob("*")} == before
+    assert {p: p.stat().st_mtime_ns for p in (home / "landing" / "flights").rglob("*")} == before
     assert _clock(home) == "2013-04-02"
 
 

@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 import sim.driver.daemon
-from pipelines.lib.runs import RETRAINING_JOB
+from pipelines.lib.runs import RETRAINING_JOB, TASK_TAG
 from sim.driver.daemon import DaemonDriver
 from sim.driver.executor import RunFailedError
 from sim.driver.in_process import RETRAINING_SCHEDULE
@@ -39,7 +39,7 @@ def driver():
     def nothing() -> None:
         pass
 
-    @dg.job(name=RETRAINING_JOB)
+    @dg.job(name=RETRAINING_JOB, tags={TASK_TAG: "flights"})
     def retraining() -> None:
         nothing()
 

@@ -15,7 +15,17 @@ import pandas as pd
 import pytest
 
 from ml.config import FeatureConfig
-from sim.judge.reference import BaselineFits, Columns, encode, reference_sample, weekly_reference
+from ml.metrics import auroc
+from sim.judge.baseline_fits import BaselineFits
+from sim.judge.reference import (
+    Columns,
+    PlayedExamples,
+    baseline_pools,
+    encode,
+    fingerprint,
+    reference_by_period,
+    reference_sample,
+)
 
 FEATURES = FeatureConfig(categorical=("carrier",), numeric=("x", "noise"), label="is_late")
 START = date(2013, 1, 7)  # a Monday
@@ -68,7 +78,9 @@ def test_each_week_is_scored_by_models_trained_on_the_days_before_it_only() -> N
     third = START + timedelta(days=14)
     frame = flights(weeks=3, flip_from=third)
     spend = pd.Series(30, index=sorted(frame.flight_date.unique()))
-    weekly = weekly_reference(frame, spend, [START, START + timedelta(days=7), third], FEATURES)
+    weekly = reference_by_period(
+        frame, spend, [START, START + timedelta(days=7), third], FEATURES, "flight_date"
+    )
 
     first, second, flipped = weekly.to_dict("records")
     # Nothing before the first Monday: no model that week.
@@ -83,13 +95,47 @@ def test_each_week_is_scored_by_models_trained_on_the_days_before_it_only() -> N
     assert (flipped["reference_labels"], flipped["ceiling_labels"]) == (420, 1680)
 
 
+# What the code before report periods and classes (commit f88cf31) fitted on `flights(weeks=4)`
+# flipped from its third week, with `[0, 10, 30, 60, 120, 5, 45]` labels a day: per week and
+# baseline, the labels it learned from and the fingerprint of its fit's inputs (the same draws,
+# rows, codes and outcomes).
+BEFORE_PERIODS = {
+    (date(2013, 1, 14), "reference"): (270, "ec478cc2e4aed1428e880962a9dce92c"),
+    (date(2013, 1, 14), "ceiling"): (840, "c64ca9c368b48da19a3d8b1b068471b7"),
+    (date(2013, 1, 21), "reference"): (540, "465aa83b5020e589cc0d0dab0d5dc868"),
+    (date(2013, 1, 21), "ceiling"): (1680, "3d06dcdf78e7b109e24f30d92a844dfc"),
+    (date(2013, 1, 28), "reference"): (810, "37f326c253c49be05dd6f7aac98a1984"),
+    (date(2013, 1, 28), "ceiling"): (2520, "9a33597f007abc7d83a3b7e6db6e89b6"),
+}
+
+
+def test_a_daily_binary_task_keeps_the_weekly_fits_and_aucs_it_had() -> None:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    frame = flights(weeks=4, flip_from=START + timedelta(days=14))
+    spend = pd.Series([0, 10, 30, 60, 120, 5, 45] * 4, index=sorted(frame.flight_date.unique()))
+    weeks = [START + timedelta(weeks=k) for k in range(4)]
+    table = reference_by_period(frame, spend, weeks, FEATURES, "flight_date").set_index("period")
+    assert table.loc[START, ["reference", "ceiling"]].isna().all()
+    played = PlayedExamples(frame, FEATURES, "flight_date")
+    for week in weeks[1:]:
+        for name, pool in baseline_pools(played, spend, "flight_date", seed=0).items():
+            labels, y, fit = played.fit(pool, week)
+            assert fit is not None and (labels, fingerprint(fit)) == BEFORE_PERIODS[(week, name)]
+            # The model and the metric as before: the AUC of P(late) from seed 0's model.
+            model = HistGradientBoostingClassifier(categorical_features=fit[3], random_state=0)
+            expected = auroc(y, model.fit(fit[0], fit[1]).predict_proba(fit[2])[:, 1])
+            assert table.loc[week, name] == expected
+            assert table.loc[week, f"{name}_labels"] == labels
+
+
 def test_unseen_categories_and_missing_values_are_scored() -> None:
     frame = flights(weeks=2)
     second = frame.flight_date >= START + timedelta(days=7)
     frame.loc[second, "carrier"] = frame.loc[second, "carrier"].replace("CC", "ZZ")
     frame.loc[frame.index[::7], "x"] = np.nan
     spend = pd.Series(40, index=sorted(frame.flight_date.unique()))
-    weekly = weekly_reference(frame, spend, [START + timedelta(days=7)], FEATURES)
+    weekly = reference_by_period(frame, spend, [START + timedelta(days=7)], FEATURES, "flight_date")
     assert weekly.reference.iloc[0] > 0.7 and weekly.reference_labels.iloc[0] == 7 * 40
 
 
@@ -100,7 +146,7 @@ def test_a_feature_missing_in_every_training_row_is_left_out() -> None:
     frame.loc[first, "noise"] = np.nan
     frame.loc[first, "carrier"] = None
     spend = pd.Series(40, index=sorted(frame.flight_date.unique()))
-    weekly = weekly_reference(frame, spend, [START + timedelta(days=7)], FEATURES)
+    weekly = reference_by_period(frame, spend, [START + timedelta(days=7)], FEATURES, "flight_date")
     assert weekly.reference.iloc[0] > 0.7 and weekly.ceiling.iloc[0] > 0.7
 
 
@@ -173,36 +219,38 @@ def test_the_baselines_fitted_in_the_background_are_those_the_report_fits() -> N
     frame = flights(weeks=4)
     spend = pd.Series(30, index=sorted(frame.flight_date.unique()))
     weeks = [START + timedelta(days=7 * k) for k in range(4)]
-    fits = BaselineFits(FEATURES)
+    fits = BaselineFits(FEATURES, "flight_date")
     add_by_week(fits, frame, 4, spend)
     fitted = fits.results()
     # The first week has nothing before it: no fit.
     assert sorted(fitted) == sorted(
         (week, name) for week in weeks[1:] for name in ("ceiling", "reference")
     )
-    own = weekly_reference(frame, spend, weeks, FEATURES)
-    reused = weekly_reference(frame, spend, weeks, FEATURES, fitted=fitted)
+    own = reference_by_period(frame, spend, weeks, FEATURES, "flight_date")
+    reused = reference_by_period(frame, spend, weeks, FEATURES, "flight_date", fitted=fitted)
     pd.testing.assert_frame_equal(reused, own, check_exact=True)
     # A fit with the same inputs is not made again: a planted AUC with the right fingerprint
     # is what the report shows...
     planted = {key: (digest, 0.123) for key, (digest, _) in fitted.items()}
-    shown = weekly_reference(frame, spend, weeks, FEATURES, fitted=planted)
+    shown = reference_by_period(frame, spend, weeks, FEATURES, "flight_date", fitted=planted)
     assert (shown.ceiling[1:] == 0.123).all() and (shown.reference[1:] == 0.123).all()
     # ...and one whose inputs differ (a flight changed since) is fitted again,
     changed = frame.copy()
     changed.loc[changed.index[5], "x"] += 1.0
-    again = weekly_reference(changed, spend, weeks, FEATURES, fitted=planted)
+    again = reference_by_period(changed, spend, weeks, FEATURES, "flight_date", fitted=planted)
     assert (again.ceiling[1:] != 0.123).all()
-    pd.testing.assert_frame_equal(again, weekly_reference(changed, spend, weeks, FEATURES))
+    pd.testing.assert_frame_equal(
+        again, reference_by_period(changed, spend, weeks, FEATURES, "flight_date")
+    )
     # as is a reference whose days got more labels after its week was fitted.
     more = spend.copy()
     more.iloc[2] += 10
-    later = weekly_reference(frame, more, weeks, FEATURES, fitted=planted)
+    later = reference_by_period(frame, more, weeks, FEATURES, "flight_date", fitted=planted)
     assert (later.reference[1:] != 0.123).all() and (later.ceiling[1:] == 0.123).all()
 
 
 def test_without_the_labels_spent_only_the_ceiling_is_fitted_in_the_background() -> None:
-    fits = BaselineFits(FEATURES)
+    fits = BaselineFits(FEATURES, "flight_date")
     add_by_week(fits, flights(weeks=3), 3)
     assert {name for _, name in fits.results()} == {"ceiling"}
 
@@ -214,7 +262,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def test_the_weeks_are_fitted_as_they_come_and_then_the_process_rests() -> None:
-    fits = BaselineFits(FEATURES)
+    fits = BaselineFits(FEATURES, "flight_date")
     try:
         add_by_week(fits, flights(weeks=4), 4)
         # Fitted without being asked for the results: while the days would play.
@@ -232,14 +280,14 @@ def test_the_weeks_are_fitted_as_they_come_and_then_the_process_rests() -> None:
 
 
 def test_a_failure_in_the_background_is_raised_with_its_traceback() -> None:
-    fits = BaselineFits(FEATURES)
+    fits = BaselineFits(FEATURES, "flight_date")
     add_by_week(fits, flights(weeks=2).drop(columns="is_late"), 2)
     with pytest.raises(RuntimeError, match=r"(?s)background fits failed.*KeyError: 'is_late'"):
         fits.results()
 
 
 def test_a_killed_fitting_process_is_named_not_waited_for() -> None:
-    fits = BaselineFits(FEATURES)
+    fits = BaselineFits(FEATURES, "flight_date")
     add_by_week(fits, flights(weeks=2), 2)
     fits._process.kill()  # as the OOM killer would
     fits._process.join()
@@ -251,9 +299,10 @@ KILLED_PARENT = """
 import sys, time
 from datetime import date
 from ml.config import FeatureConfig
-from sim.judge.reference import BaselineFits
+from sim.judge.baseline_fits import BaselineFits
 if __name__ == "__main__":
-    fits = BaselineFits(FeatureConfig(categorical=(), numeric=("x",), label="is_late"))
+    features = FeatureConfig(categorical=(), numeric=("x",), label="is_late")
+    fits = BaselineFits(features, "flight_date")
     print(fits._process.pid, flush=True)
     time.sleep(600)
 """

@@ -13,10 +13,10 @@ from ml.config import FeatureConfig
 from ml.metrics import auroc
 from pipelines.lib.warehouse import DuckDBWarehouse
 from sim.judge.examples import Judged
-from sim.judge.reference import PlayedFlights, fingerprint, fit_predict, reference_sample
+from sim.judge.reference import PlayedExamples, fingerprint, fit_predict, reference_sample
 from sim.judge.report import (
     BaselinesInBackground,
-    labels_per_day,
+    labels_per_partition,
     played_examples,
     production_examples,
     weekly_auc,
@@ -81,10 +81,10 @@ def test_the_baselines_fitted_while_the_days_play_are_those_the_report_would_fit
     # digit.
     flights = played_examples(warehouse, Judged.of("flights"), days[-1])
     assert len(flights) == len(frame) and flights.is_late.any() and not flights.is_late.all()
-    played = PlayedFlights(flights, features, "flight_date")
-    spend = labels_per_day(warehouse, Judged.of("flights"))
+    played = PlayedExamples(flights, features, "flight_date")
+    spend = labels_per_partition(warehouse, Judged.of("flights"))
     assert (spend == 150).all() and len(spend) == len(days) - 1
-    sample = reference_sample(played.flights, spend, "flight_date").index.to_numpy()
+    sample = reference_sample(played.examples, spend, "flight_date").index.to_numpy()
     for week in weeks:
         for name, pool in (("ceiling", np.arange(len(flights))), ("reference", sample)):
             _, y, fit = played.fit(pool, week)

@@ -6,6 +6,7 @@ import pandas as pd
 
 from ml.splits import split_by_time
 from pipelines.labeling.selection import REASON_COLUMN, importance_weights
+from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.model_spec import ModelSpec
@@ -62,9 +63,16 @@ def build_dataset_assets(task: Task) -> list[dg.AssetsDefinition]:
     spec = task.model
 
     @dg.asset(
+        key_prefix=task_prefix(task),
         group_name="datasets",
         # With importance weights, the day sizes come from the features table too.
-        deps=[spec.examples_table, *([spec.features_table] if spec.features.weight else [])],
+        deps=[
+            task_key(task, table)
+            for table in (
+                spec.examples_table,
+                *([spec.features_table] if spec.features.weight else []),
+            )
+        ],
         pool=WAREHOUSE_POOL,
         kinds={"dvc", "parquet"},
     )

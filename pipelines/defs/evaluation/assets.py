@@ -9,6 +9,7 @@ from ml.promotion import GateInputs, decide, gate_inputs_of
 from pipelines.defs.evaluation.challenger_evaluation import evaluate_challenger
 from pipelines.defs.evaluation.publishing import evaluation_metadata, log_evaluation
 from pipelines.defs.training.assets import latest_dataset
+from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.registry import champion, model_version, record_decision, registered_name
 from pipelines.lib.tracking import MlflowTracker
@@ -16,8 +17,6 @@ from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.task import Task
 
 GROUP = "evaluation"
-CHALLENGER = dg.AssetKey("challenger_model")
-EVALUATION = dg.AssetKey("model_evaluation")
 
 
 def latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, object]:
@@ -32,8 +31,18 @@ def build_evaluation_assets(task: Task) -> list[dg.AssetsDefinition]:
     """`model_evaluation` and `champion_model` for `task`."""
     spec, promotion = task.model, task.promotion
     name = registered_name(task.name)
+    challenger_key, evaluation_key = (
+        task_key(task, "challenger_model"),
+        task_key(task, "model_evaluation"),
+    )
 
-    @dg.asset(group_name=GROUP, deps=[CHALLENGER], pool=WAREHOUSE_POOL, kinds={"mlflow"})
+    @dg.asset(
+        key_prefix=task_prefix(task),
+        group_name=GROUP,
+        deps=[challenger_key],
+        pool=WAREHOUSE_POOL,
+        kinds={"mlflow"},
+    )
     def model_evaluation(
         context: dg.AssetExecutionContext,
         warehouse: Warehouse,
@@ -42,10 +51,10 @@ def build_evaluation_assets(task: Task) -> list[dg.AssetsDefinition]:
     ) -> dg.MaterializeResult:
         """Challenger vs champion vs baselines on the newest labelled days: metrics, slices,
         paired bootstrap intervals and plots; stores the challenger's training profile."""
-        version = int(latest_metadata(context.instance, CHALLENGER)["registered_model_version"])
+        version = int(latest_metadata(context.instance, challenger_key)["registered_model_version"])
         challenger = model_version(tracker, name, version)
         current = champion(tracker, name)
-        dataset = latest_dataset(context.instance, dataset_store)
+        dataset = latest_dataset(context.instance, dataset_store, task.name)
         result = evaluate_challenger(
             tracker, warehouse, spec, dataset, challenger, current, promotion, seed=0
         )
@@ -61,12 +70,14 @@ def build_evaluation_assets(task: Task) -> list[dg.AssetsDefinition]:
             }
         )
 
-    @dg.asset(group_name=GROUP, deps=[EVALUATION], kinds={"mlflow"})
+    @dg.asset(
+        key_prefix=task_prefix(task), group_name=GROUP, deps=[evaluation_key], kinds={"mlflow"}
+    )
     def champion_model(
         context: dg.AssetExecutionContext, tracker: MlflowTracker
     ) -> dg.MaterializeResult:
         """Move the champion alias to the challenger if the gate passes; record why either way."""
-        evaluation = latest_metadata(context.instance, EVALUATION)
+        evaluation = latest_metadata(context.instance, evaluation_key)
         version = int(evaluation["challenger_version"])
         decision = decide(gate_inputs_from_metadata(evaluation["gate_inputs"]), promotion.gate)
         verdict = "promoted" if decision.promote else "rejected"

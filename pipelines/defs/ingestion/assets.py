@@ -17,6 +17,7 @@ from pipelines.defs.ingestion.checks import (
 )
 from pipelines.defs.ingestion.feed_checks import FeedChecks, baseline_days
 from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
+from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
@@ -24,9 +25,9 @@ from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 GROUP = "ingestion"
 
 
-def feed_asset_key(feed: FeedSpec) -> dg.AssetKey:
-    """The asset key of a feed's raw table (`raw_<feed>`)."""
-    return dg.AssetKey(feed.asset_name)
+def feed_asset_key(task: TaskSpec, feed: FeedSpec) -> dg.AssetKey:
+    """The asset key of a feed's raw table (`<task>/raw_<feed>`)."""
+    return task_key(task, feed.asset_name)
 
 
 def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.AssetsDefinition:
@@ -36,7 +37,7 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
     before the load: a failing day is quarantined whole where the rule says so)."""
     daily = feed.kind == "daily"
     pattern = feed.landing_key("YYYY-MM-DD") if daily else feed.landing_key()
-    key = feed_asset_key(feed)
+    key = feed_asset_key(task, feed)
     humidity = checks.humidity.get(feed.name)
     specs = (
         feed_check_specs(key, checks.volume[feed.name], checks.freshness, humidity)

@@ -30,6 +30,7 @@ from pipelines.defs.ingestion.feed_checks import (
     judge_volume,
 )
 from pipelines.ingestion import RAW_SCHEMA, DayLoad
+from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import LandingFile
 from pipelines.lib.warehouse import WarehouseConnection
 from pipelines.validation import ValidatedFile
@@ -231,7 +232,7 @@ def freshness_evaluations(
     verdicts = judge_freshness(landed_days(task, files), rule, task.cadence, task.start_date)
     return [
         dg.AssetCheckEvaluation(
-            asset_key=dg.AssetKey(task.feeds[name].asset_name),
+            asset_key=task_key(task, task.feeds[name].asset_name),
             check_name=FRESHNESS,
             blocking=False,
             **_freshness_fields(verdict, rule),

@@ -9,6 +9,7 @@ import dagster as dg
 
 from pipelines.contracts import DAILY_KEY, DIMENSION_KEY, TaskSpec
 from pipelines.defs.ingestion.checks import freshness_evaluations
+from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import LandingZone, held_back, seen_keys, settled_changes
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
@@ -86,12 +87,12 @@ def build_landing_sensor(
             changed_days.clear()
         # Dimension tables first: the run queue starts runs in the order they are requested.
         requests = (
-            [_request(dimension_job.name, None, changed_dimension, dimension_downstream)]
+            [_request(task, dimension_job.name, None, changed_dimension, dimension_downstream)]
             if changed_dimension
             else []
         )
         requests += [
-            _request(daily_job.name, day, changed_days[day], daily_downstream)
+            _request(task, daily_job.name, day, changed_days[day], daily_downstream)
             for day in sorted(changed_days)
         ]
         # Freshness depends only on which daily files exist, so it is reported when that set
@@ -115,6 +116,7 @@ def _built(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey]) -> bool:
 
 
 def _request(
+    task: TaskSpec,
     job_name: str,
     partition_key: str | None,
     changes: list[tuple[str, str]],
@@ -125,6 +127,6 @@ def _request(
         run_key="|".join(sorted(version for _, version in changes)),
         job_name=job_name,
         partition_key=partition_key,
-        asset_selection=[dg.AssetKey(t) for t in tables] + list(downstream),
+        asset_selection=[task_key(task, t) for t in tables] + list(downstream),
         tags={"flywheel/trigger": "landing", "flywheel/files": ",".join(tables)},
     )

@@ -9,6 +9,7 @@ import pandas as pd
 from ml.drift import TrainingProfile
 from pipelines.ingestion import RAW_SCHEMA
 from pipelines.labeling.selection import UNIFORM_REASONS
+from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.registry import PROFILE_ARTIFACT, champion, read_json, registered_name
 from pipelines.lib.tracking import MlflowTracker
@@ -47,9 +48,10 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
     tasks_table = f"{RAW_SCHEMA}.{task.label_tasks_table}"
 
     @dg.asset(
+        key_prefix=task_prefix(task),
         group_name=GROUP,
         partitions_def=landing_partitions(task),
-        deps=[spec.features_table, predictions],
+        deps=[task_key(task, spec.features_table), task_key(task, predictions)],
         pool=WAREHOUSE_POOL,
         # In a backfill's single run the window ends on the range's last day.
         backfill_policy=dg.BackfillPolicy.single_run(),
@@ -124,9 +126,10 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
         )
 
     @dg.asset(
+        key_prefix=task_prefix(task),
         group_name=GROUP,
         partitions_def=landing_partitions(task),
-        deps=[task.labels_table, predictions],
+        deps=[task_key(task, task.labels_table), task_key(task, predictions)],
         pool=WAREHOUSE_POOL,
         kinds={"sql"},
     )

@@ -1,14 +1,14 @@
-"""What asks for a retraining: drift, decayed performance, and the weekly schedule.
+"""What asks for a retraining: drift, decayed performance, and the schedule.
 
 The sensors read the monitoring assets' materializations in storage order. An event is a
 monitored day whose materialization says it crossed a threshold (the assets apply the task's
 thresholds); each event gives at most one run (its run key). The two sensors share one cooldown:
 after either asked for a retraining, neither asks again for `cooldown_days` of monitored days,
 so a drift that persists, or a drift and the decay it causes, do not retrain every day. The
-weekly schedule is the floor: at least one retraining a week. It waits while the champion was
-trained on data up to a day within the last `cooldown_days`, and, once there is a champion,
-while any retraining was: a challenger the gate rejected yesterday is not tried again today on
-one more day of labels.
+schedule is the floor: at least one retraining a week (a month for a monthly task). It waits
+while the champion was trained on data up to a day within the last `cooldown_days`, and, once
+there is a champion, while any retraining was: a challenger the gate rejected yesterday is not
+tried again today on one more day of labels.
 No trigger asks while a retraining covers the day, nor before a label came in since the last
 one.
 """
@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from pipelines.cadence import RETRAINING_CRON, Cadence
+from pipelines.lib.runs import TASK_TAG, task_runs
 from pipelines.thresholds import MonitoringSpec
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
@@ -48,13 +50,16 @@ def in_cooldown(day: str, last_trigger_day: str | None, cooldown_days: int) -> b
 
 
 def last_retraining_day(
-    instance: dg.DagsterInstance, job_name: str, triggers: tuple[str, ...] | None = None
+    instance: dg.DagsterInstance,
+    task_name: str,
+    job_name: str,
+    triggers: tuple[str, ...] | None = None,
 ) -> str | None:
-    """The newest event day of the retraining runs that did not fail, of those `triggers` asked
-    for (None: whatever asked for them), whatever the gate decided."""
+    """The newest event day of `task_name`'s retraining runs that did not fail, of those
+    `triggers` asked for (None: whatever asked for them), whatever the gate decided."""
     days = [
         record.dagster_run.tags.get(EVENT_DAY_TAG, "")
-        for record in instance.get_run_records(dg.RunsFilter(job_name=job_name), limit=50)
+        for record in instance.get_run_records(task_runs(task_name, job_name), limit=50)
         if record.dagster_run.status != dg.DagsterRunStatus.FAILURE
         and (triggers is None or record.dagster_run.tags.get(TRIGGER_TAG) in triggers)
     ]
@@ -73,10 +78,12 @@ def champion_day(instance: dg.DagsterInstance, champion_key: dg.AssetKey) -> str
     return None
 
 
-def covering_run(instance: dg.DagsterInstance, job_name: str, day: str) -> str | None:
-    """A retraining run queued, running or done for data up to `day` or later, if any: a second
-    one would train on the same labels."""
-    for record in instance.get_run_records(dg.RunsFilter(job_name=job_name), limit=20):
+def covering_run(
+    instance: dg.DagsterInstance, task_name: str, job_name: str, day: str
+) -> str | None:
+    """A retraining run of `task_name` queued, running or done for data up to `day` or later,
+    if any: a second one would train on the same labels."""
+    for record in instance.get_run_records(task_runs(task_name, job_name), limit=20):
         run = record.dagster_run
         if run.status == dg.DagsterRunStatus.FAILURE:
             continue
@@ -85,12 +92,15 @@ def covering_run(instance: dg.DagsterInstance, job_name: str, day: str) -> str |
     return None
 
 
-def labels_seen_by(instance: dg.DagsterInstance, job_name: str, labels: dg.AssetKey) -> str | None:
-    """The newest retraining run that ran (not failed) if it started after the last label import:
-    it cut its dataset from every label there is, so another one would train the same challenger
-    again. (Start times come from the run's events, to the microsecond in every storage.)"""
+def labels_seen_by(
+    instance: dg.DagsterInstance, task_name: str, job_name: str, labels: dg.AssetKey
+) -> str | None:
+    """The newest retraining run of `task_name` that ran (not failed) if it started after the
+    last label import: it cut its dataset from every label there is, so another one would train
+    the same challenger again. (Start times come from the run's events, to the microsecond in
+    every storage.)"""
     imported = instance.get_latest_materialization_event(labels)
-    for record in instance.get_run_records(dg.RunsFilter(job_name=job_name), limit=20):
+    for record in instance.get_run_records(task_runs(task_name, job_name), limit=20):
         if record.dagster_run.status == dg.DagsterRunStatus.FAILURE or record.start_time is None:
             continue
         if imported is None or record.start_time >= imported.timestamp:
@@ -121,7 +131,7 @@ def _event_sensor(
             ascending=True,
         ).records
         # The cooldown the sensors share: this sensor's last request, or the other's last run.
-        alarms = last_retraining_day(context.instance, job.name, ALARM_TRIGGERS)
+        alarms = last_retraining_day(context.instance, job.tags[TASK_TAG], job.name, ALARM_TRIGGERS)
         last_day = max(filter(None, (last_day, alarms)), default=None)
         requests = []
         for record in records:
@@ -136,10 +146,10 @@ def _event_sensor(
                     f"{day}: {flag} but in cooldown since the alarm on {last_day}; no request"
                 )
                 continue
-            if covered := covering_run(context.instance, job.name, day):
+            if covered := covering_run(context.instance, job.tags[TASK_TAG], job.name, day):
                 context.log.info(f"{day}: {flag} but run {covered} already retrains on that day")
                 continue
-            if seen := labels_seen_by(context.instance, job.name, labels):
+            if seen := labels_seen_by(context.instance, job.tags[TASK_TAG], job.name, labels):
                 context.log.info(f"{day}: {flag} but no label came in since run {seen}")
                 continue
             version = metadata.get("model_version")
@@ -165,16 +175,20 @@ def build_monitoring_triggers(
     monitoring: MonitoringSpec,
     labels: dg.AssetKey,
     champion: dg.AssetKey,
+    drift_key: dg.AssetKey,
+    performance_key: dg.AssetKey,
     interval_s: int | None = None,
+    cadence: Cadence = "daily",
 ) -> tuple[dg.SensorDefinition, dg.SensorDefinition, dg.ScheduleDefinition]:
-    """`drift_sensor`, `performance_sensor` (evaluated every `interval_s` seconds at least,
-    default 60) and `retraining_schedule`, all requesting `job`; none asks again before the imported
-    `labels` asset was materialized since the last retraining started, and the schedule waits
-    while the newest promotion recorded by the `champion` asset is within the cooldown, or, once
-    there is a champion, any retraining is."""
+    """`drift_sensor` (on the `drift_key` asset's materializations), `performance_sensor` (on
+    `performance_key`'s), each evaluated every `interval_s` seconds at least (default 60), and
+    `retraining_schedule` (`RETRAINING_CRON` of the task's `cadence`), all requesting `job`;
+    none asks again before the imported `labels` asset was materialized since the last
+    retraining started, and the schedule waits while the newest promotion recorded by the
+    `champion` asset is within the cooldown, or, once there is a champion, any retraining is."""
     drift = _event_sensor(
         "drift_sensor",
-        dg.AssetKey("feature_drift"),
+        drift_key,
         "is_drifted",
         job,
         monitoring,
@@ -184,7 +198,7 @@ def build_monitoring_triggers(
     )
     performance = _event_sensor(
         "performance_sensor",
-        dg.AssetKey("model_performance"),
+        performance_key,
         "is_decayed",
         job,
         monitoring,
@@ -196,20 +210,21 @@ def build_monitoring_triggers(
     @dg.schedule(
         name="retraining_schedule",
         job=job,
-        cron_schedule="0 4 * * 1",
+        cron_schedule=RETRAINING_CRON[cadence][0],
         execution_timezone="UTC",
-        description="Retrain every Monday on the newest labelled data.",
+        description=f"Retrain {RETRAINING_CRON[cadence][1]} on the newest labelled data.",
     )
     def retraining_schedule(
         context: dg.ScheduleEvaluationContext,
     ) -> dg.RunRequest | dg.SkipReason:
-        """One retraining per week, keyed by its scheduled time; skipped when a retraining
+        """One retraining per tick (a week, or a month for a monthly task), keyed by its
+        scheduled time; skipped when a retraining
         already trained on the same days, when the champion was trained on days within the
         cooldown, or when there is a champion and any retraining was (the gate rejected it: one
         more day of labels would mostly draw the same challenger again)."""
         moment = context.scheduled_execution_time
         day = (moment.date() - timedelta(days=1)).isoformat()
-        if covered := covering_run(context.instance, job.name, day):
+        if covered := covering_run(context.instance, job.tags[TASK_TAG], job.name, day):
             return dg.SkipReason(f"run {covered} already retrains on data up to {day}")
         trained = champion_day(context.instance, champion)
         if in_cooldown(day, trained, monitoring.cooldown_days):
@@ -217,13 +232,13 @@ def build_monitoring_triggers(
                 f"the champion was trained on data up to {trained}, within "
                 f"{monitoring.cooldown_days} days"
             )
-        attempted = last_retraining_day(context.instance, job.name)
+        attempted = last_retraining_day(context.instance, job.tags[TASK_TAG], job.name)
         if trained is not None and in_cooldown(day, attempted, monitoring.cooldown_days):
             return dg.SkipReason(
                 f"a retraining on data up to {attempted}, within {monitoring.cooldown_days} days, "
                 f"kept the champion trained on data up to {trained}"
             )
-        if seen := labels_seen_by(context.instance, job.name, labels):
+        if seen := labels_seen_by(context.instance, job.tags[TASK_TAG], job.name, labels):
             return dg.SkipReason(f"no label came in since run {seen}")
         return dg.RunRequest(
             run_key=f"retraining_schedule:{moment.isoformat()}",

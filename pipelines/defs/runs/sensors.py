@@ -26,6 +26,7 @@ from pipelines.lib.runs import (
     RETRY_NUMBER_TAG,
     ROOT_RUN_TAG,
     retry_tags,
+    task_runs,
 )
 
 WILL_RETRY_TAG = "dagster/will_retry"
@@ -40,10 +41,14 @@ LOOKBACK_S = 2 * 86400.0
 KEPT_DAGSTER_TAGS = (PARTITION_TAG, MAX_RETRIES_TAG)
 
 
-def missed_retries(instance: dg.DagsterInstance, now: float) -> Iterator[dg.DagsterRun]:
-    """Failed runs that Dagster said it would retry and has not, `GRACE_S` after their end."""
+def missed_retries(
+    instance: dg.DagsterInstance, now: float, task_name: str
+) -> Iterator[dg.DagsterRun]:
+    """Failed runs of `task_name` that Dagster said it would retry and has not, `GRACE_S` after
+    their end."""
     records = instance.get_run_records(
-        dg.RunsFilter(
+        task_runs(
+            task_name,
             statuses=[dg.DagsterRunStatus.FAILURE],
             tags={WILL_RETRY_TAG: "true"},
             updated_after=datetime.fromtimestamp(now - LOOKBACK_S, tz=UTC),
@@ -78,8 +83,9 @@ def retry_request(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.RunReq
     )
 
 
-def build_missed_retry_sensor(jobs: Sequence[object]) -> dg.SensorDefinition:
-    """The sensor over `jobs` (every job whose runs Dagster may retry), on by default."""
+def build_missed_retry_sensor(task_name: str, jobs: Sequence[object]) -> dg.SensorDefinition:
+    """The sensor over `jobs` (every job of `task_name` whose runs Dagster may retry), on by
+    default."""
 
     @dg.sensor(
         name="missed_retry_sensor",
@@ -90,7 +96,7 @@ def build_missed_retry_sensor(jobs: Sequence[object]) -> dg.SensorDefinition:
         f"never retried ({GRACE_S:.0f} s after it failed).",
     )
     def missed_retry_sensor(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest]:
-        for run in missed_retries(context.instance, time.time()):
+        for run in missed_retries(context.instance, time.time(), task_name):
             request = retry_request(context.instance, run)
             if request is not None:
                 context.log.warning(

@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import pandas as pd
 
+from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.registry import champion, load_model, registered_name
 from pipelines.lib.tracking import MlflowTracker
@@ -37,9 +38,10 @@ def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
 
     @dg.asset(
         name=spec.predictions_table,
+        key_prefix=task_prefix(task),
         group_name="scoring",
         partitions_def=landing_partitions(task),
-        deps=[spec.features_table],
+        deps=[task_key(task, spec.features_table)],
         pool=WAREHOUSE_POOL,
         # A backfill scores its whole range in one run, like the models it reads.
         backfill_policy=dg.BackfillPolicy.single_run(),
@@ -62,7 +64,9 @@ def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
                 list(days),
             ).df()
         if features.empty:
-            built = context.instance.get_materialized_partitions(dg.AssetKey(spec.features_table))
+            built = context.instance.get_materialized_partitions(
+                task_key(task, spec.features_table)
+            )
             if not set(context.partition_keys) <= built:
                 raise dg.Failure(
                     f"{spec.features_table} has no rows in {days[0]}..{days[1]}: "

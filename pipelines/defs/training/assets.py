@@ -10,8 +10,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ml.config import FeatureConfig, ModelConfig, TrainConfig, TuneConfig
+from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.datasets import DvcDatasetStore
-from pipelines.lib.registry import DATASET_TAG, log_baselines
+from pipelines.lib.registry import DATASET_TAG, log_baselines, registered_name
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
 from pipelines.lib.tuning_workers import DatasetRef, TuningWorkers, datamodule_for
 from pipelines.settings import retraining_default
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 GROUP = "training"
 TRAINING_POOL = "training"
-DATASET = dg.AssetKey("training_dataset")
+DATASET = "training_dataset"
 # A Kubernetes run launcher or executor gives the training step's pod one GPU, on a node labelled
 # and tainted for GPUs (deploy/helm/README.md); other pods stay off those nodes.
 GPU_TAGS = {
@@ -69,16 +70,19 @@ class TrainingDataset:
         return self.path / f"{name}.parquet"
 
 
-def latest_dataset(instance: dg.DagsterInstance, store: DvcDatasetStore) -> TrainingDataset:
-    """The version recorded by the latest `training_dataset` materialization, fetched by its DVC
-    hash from the remote (cached by hash): a step on another machine or pod than the dataset
-    step's trains on exactly that version's files."""
-    event = instance.get_latest_materialization_event(DATASET)
+def latest_dataset(
+    instance: dg.DagsterInstance, store: DvcDatasetStore, task_name: str
+) -> TrainingDataset:
+    """The version recorded by the latest `training_dataset` materialization of `task_name`,
+    fetched by its DVC hash from the remote (cached by hash): a step on another machine or pod
+    than the dataset step's trains on exactly that version's files."""
+    key = task_key(task_name, DATASET)
+    event = instance.get_latest_materialization_event(key)
     if event is None or event.asset_materialization is None:
-        raise dg.Failure(f"{DATASET.to_user_string()} was never materialized: materialize it first")
+        raise dg.Failure(f"{key.to_user_string()} was never materialized: materialize it first")
     metadata = event.asset_materialization.metadata
     if "dvc_hash" not in metadata:
-        raise dg.Failure(f"{DATASET.to_user_string()} metadata lacks 'dvc_hash'")
+        raise dg.Failure(f"{key.to_user_string()} metadata lacks 'dvc_hash'")
     dvc_hash = str(metadata["dvc_hash"].value)
     return TrainingDataset(store.fetch(dvc_hash), dvc_hash)
 
@@ -126,12 +130,13 @@ def results_metadata(
 
 def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.AssetsDefinition]:
     """The training assets of `task_name`: the challenger model trained on its dataset."""
-    registered = f"flywheel-{task_name}"
+    registered = registered_name(task_name)
 
     @dg.asset(
         name="challenger_model",
+        key_prefix=task_prefix(task_name),
         group_name=GROUP,
-        deps=[DATASET],
+        deps=[task_key(task_name, DATASET)],
         kinds={"pytorch", "mlflow", "optuna"},
         op_tags=GPU_TAGS,
         pool=TRAINING_POOL,
@@ -147,7 +152,7 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
         """Tune, fit the best on train and validation, register it as the challenger."""
         from ml.challenger import fit_challenger
 
-        dataset = latest_dataset(context.instance, dataset_store)
+        dataset = latest_dataset(context.instance, dataset_store, task_name)
         # One study per dataset version: a retried run resumes it, a larger n_trials extends it.
         study = f"{task_name}-{dataset.dvc_hash[:12]}"
         tune_config, train_config = ml_configs(config, study, tuning_storage)

@@ -42,7 +42,7 @@ def build_dbt_assets(
         name="daily_dbt_models",
         partitions_def=landing_partitions(task),
         backfill_policy=dg.BackfillPolicy.single_run(),
-        dagster_dbt_translator=FlywheelDbtTranslator(),
+        dagster_dbt_translator=FlywheelDbtTranslator(task.name),
         pool=WAREHOUSE_POOL,
     )
     def daily_dbt_models(
@@ -62,7 +62,7 @@ def build_dbt_assets(
         select=f"{own} {MACRO_TESTS}",
         exclude=f"tag:{DAILY_TAG} tag:{TRAINING_TAG}",
         name="dimension_dbt_models",
-        dagster_dbt_translator=FlywheelDbtTranslator(),
+        dagster_dbt_translator=FlywheelDbtTranslator(task.name),
         pool=WAREHOUSE_POOL,
     )
     def dimension_dbt_models(
@@ -76,7 +76,7 @@ def build_dbt_assets(
         manifest=dbt_project.manifest_path,
         select=training,
         name="training_dbt_models",
-        dagster_dbt_translator=FlywheelDbtTranslator(),
+        dagster_dbt_translator=FlywheelDbtTranslator(task.name),
         pool=WAREHOUSE_POOL,
     )
     def training_dbt_models(

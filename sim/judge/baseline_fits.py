@@ -1,0 +1,180 @@
+"""The same-budget reference's and the all-labels ceiling's fits (sim.judge.reference), made
+while the simulation plays its partitions, by a process at the lowest CPU priority."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+from collections.abc import Sequence
+from datetime import date
+
+import numpy as np
+import pandas as pd
+
+from ml.config import FeatureConfig
+from pipelines.cadence import Cadence
+from sim.judge.reference import PlayedExamples, baseline_pools, fingerprint, fit_predict
+
+
+class BaselineFits:
+    """The baselines' fits of each report period, made while the partitions are played by a
+    process at the lowest CPU priority: it takes only the time the partitions leave idle, so the
+    report need not fit them after the last one. Give it each period's examples in the order the
+    report will read them, with the labels the flywheel spent on each partition so far (`add`),
+    then hand its `results` to `reference_by_period`, which keeps those whose inputs are the same
+    as its own and fits the others: the ceiling's, and the same-budget reference's once a
+    partition's spend is final.
+
+    The process ends with `results`, with `close`, or when the process that started it is gone
+    (killed too).
+    """
+
+    def __init__(
+        self,
+        features: FeatureConfig,
+        time_column: str,
+        seed: int = 0,
+        cadence: Cadence = "daily",
+    ) -> None:
+        context = multiprocessing.get_context("spawn")  # not a fork of a threaded process
+        self._inbox: multiprocessing.Queue = context.Queue()
+        self._outbox: multiprocessing.Queue = context.Queue()
+        self._process = context.Process(
+            target=_fit_in_background,
+            args=(self._inbox, self._outbox, features, time_column, seed, cadence, os.getpid()),
+            name="baseline-fits",
+            daemon=True,
+        )
+        self._process.start()
+        self._fitted: dict[tuple[date, str], tuple[str, float]] = {}
+        self._ended = False
+
+    def add(
+        self, examples: pd.DataFrame, periods: Sequence[date], spend: pd.Series | None = None
+    ) -> None:
+        """The examples played since the last `add` (with their label), the report periods
+        (their first days) whose baselines can be fitted now (every partition of them has been
+        played), and the labels spent on each landing partition so far
+        (`reference_by_period`'s `spend`; None: the ceiling's fits only)."""
+        self._inbox.put((examples, [pd.Timestamp(period).date() for period in periods], spend))
+
+    def made(self) -> int:
+        """How many fits are made so far (without waiting for any)."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._take(self._outbox.get_nowait())
+        return len(self._fitted)
+
+    def results(self) -> dict[tuple[date, str], tuple[str, float]]:
+        """Every fit, once those asked for are made: (period, "ceiling" or "reference") -> (the
+        `fingerprint` of its inputs, its AUC). Raises RuntimeError when the process failed (with
+        its traceback) or was killed."""
+        self._inbox.put(None)
+        try:
+            while not self._ended:
+                alive = self._process.is_alive()
+                try:
+                    self._take(self._outbox.get(timeout=1.0))
+                except queue.Empty:
+                    if not alive:  # ended before that second, and nothing came: killed
+                        raise RuntimeError(
+                            "the baselines' background fits ended with exit code "
+                            f"{self._process.exitcode} and no results"
+                        ) from None
+        finally:
+            self.close()
+        return dict(self._fitted)
+
+    def _take(self, message: tuple) -> None:
+        """A fit made, the end of the fits, or the traceback of a failure."""
+        if message[0] == "fit":
+            self._fitted[message[1]] = message[2]
+        elif message[0] == "error":
+            self._ended = True
+            raise RuntimeError(f"the baselines' background fits failed:\n{message[1]}")
+        else:
+            self._ended = True
+
+    def close(self) -> None:
+        """End the process now, if it still runs."""
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        for box in (self._inbox, self._outbox):
+            box.close()
+            box.cancel_join_thread()
+
+
+def _lowest_priority() -> None:
+    """This process runs only when a core would otherwise be idle (Linux's idle scheduling
+    class; elsewhere the lowest nice value). Threads it starts later inherit it."""
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.nice(19)
+
+
+def _fit_in_background(
+    inbox: multiprocessing.Queue,
+    outbox: multiprocessing.Queue,
+    features: FeatureConfig,
+    time_column: str,
+    seed: int,
+    cadence: Cadence,
+    parent: int,
+) -> None:
+    """`BaselineFits`' process: fits the periods asked for, oldest first, while taking in what
+    is added, and sends each result as it is made; once told (None) that nothing more comes and
+    every period is fitted, it says so and ends."""
+    import traceback
+
+    # Loaded before the limit below, which applies to the libraries loaded when it is set:
+    # HistGradientBoosting's OpenMP runtime would otherwise start a thread per core, and one
+    # that the scheduler sets aside leaves the others spinning at their barriers.
+    from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
+    _lowest_priority()
+    frames: list[pd.DataFrame] = []
+    pending: list[date] = []
+    played: PlayedExamples | None = None
+    spend: pd.Series | None = None
+    pools: dict[str, np.ndarray] = {}  # each baseline's rows of `played`
+    done = False
+    try:
+        with threadpool_limits(1):
+            while True:
+                if os.getppid() != parent:
+                    return  # the simulation is gone (killed): nobody will read the results
+                if not done:
+                    try:  # take in what was sent; wait for it only when nothing is left to fit
+                        message = inbox.get(block=not pending, timeout=2.0)
+                    except queue.Empty:
+                        message = ()
+                    if message is None:
+                        done = True
+                    elif message:
+                        frames.append(message[0])
+                        pending, played = sorted({*pending, *message[1]}), None
+                        spend = message[2] if message[2] is not None else spend
+                        continue
+                    elif not pending:
+                        continue
+                if not pending:
+                    break
+                if played is None:
+                    examples = pd.concat(frames, ignore_index=True)
+                    played = PlayedExamples(examples, features, time_column, cadence)
+                    pools = baseline_pools(played, spend, time_column, seed)
+                period = pending.pop(0)
+                for name, pool in pools.items():
+                    _, y, fit = played.fit(pool, period)
+                    if fit is not None:
+                        predicted = fit_predict(*fit, seed, n_classes=played.n_classes)
+                        auc = played.auc(y, predicted)
+                        outbox.put(("fit", (period, name), (fingerprint(fit), auc)))
+        outbox.put(("end",))
+    except BaseException:  # the simulation shows it (and fits the periods itself)
+        outbox.put(("error", traceback.format_exc()))
