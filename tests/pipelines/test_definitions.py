@@ -1,9 +1,11 @@
 """The code location loads, and one switch moves every resource from local to production."""
 
 from datetime import date
+from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from pipelines.definitions import build_definitions
 from pipelines.lib.dbt import FlywheelDbtCliResource
@@ -11,6 +13,8 @@ from pipelines.lib.landing_zone import LocalLandingZone, S3LandingZone
 from pipelines.resources import landing_zone
 from sim.world.replay import land_days
 from tests.pipelines.conftest import play_landings, source_rows
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_definitions_load_with_every_stage_grouped(flywheel):
@@ -97,3 +101,29 @@ def test_prod_reads_s3_and_builds_the_prod_dbt_target(
     with defs.resources["warehouse"].connect() as con:
         (features,) = con.execute("select count(*) from fct_flight_features").fetchone()
     assert features == source_rows("flights", "2013-01-02")
+
+
+def test_the_workspace_serves_each_task_as_a_code_location_of_its_own(tmp_path, monkeypatch):
+    """`workspace.yaml` lists one code location per task file; each location's assets live under
+    its task's name, its jobs tag their runs with it, and its schedule follows its cadence."""
+    import pipelines.definitions as module
+    from pipelines.cadence import RETRAINING_CRON
+    from pipelines.lib.runs import TASK_TAG
+    from pipelines.task import load_task, task_names
+
+    monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path))
+    workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())
+    locations = {
+        entry["python_module"]["location_name"]: entry["python_module"]["attribute"]
+        for entry in workspace["load_from"]
+    }
+    assert locations == {name: name for name in task_names()}
+    for name in locations:
+        defs = getattr(module, name)
+        keys = defs.resolve_asset_graph().get_all_asset_keys()
+        assert {key.path[0] for key in keys} == {name}
+        jobs = [job for job in defs.resolve_all_job_defs() if not job.name.startswith("__")]
+        assert jobs and all(job.tags[TASK_TAG] == name for job in jobs)
+        (schedule,) = defs.schedules
+        assert schedule.cron_schedule == RETRAINING_CRON[load_task(name).cadence][0]
+    assert RETRAINING_CRON[load_task("movielens").cadence][0] == "0 4 1 * *"
