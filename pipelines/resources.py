@@ -67,7 +67,7 @@ def _file_store(env: str | None, folder: str, task: str | None) -> LandingZone:
     """The task's own folder under FLYWHEEL_HOME (`<folder>/<task>`), or in prod its own prefix
     in the S3 landing bucket (`<folder's prefix>/<task>`): tasks served side by side never read
     each other's files. `task`: default, the one FLYWHEEL_TASK names."""
-    name = Path(task or task_name()).stem
+    name = task_stem(task)
     if (env or current_env()) == "local":
         return LocalLandingZone(root=str(flywheel_home() / folder / name))
     return S3LandingZone(
@@ -152,11 +152,16 @@ def tuning_workers(env: str) -> TuningWorkers:
     )
 
 
+def task_stem(task: str | None = None) -> str:
+    """The name of `task`, the one FLYWHEEL_TASK names if None; a task given as a YAML path is
+    named by its file."""
+    return Path(task or task_name()).stem
+
+
 def per_task(task: str | None = None) -> str:
     """The name of what each task has its own of (the MLflow experiment, the Label Studio
-    project): `flywheel-<task>`, the task FLYWHEEL_TASK names unless `task` does. A task given
-    as a YAML path is named by its file."""
-    return f"flywheel-{Path(task or task_name()).stem}"
+    project): `flywheel-<task>`."""
+    return f"flywheel-{task_stem(task)}"
 
 
 def build_resources(

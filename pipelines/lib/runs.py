@@ -49,6 +49,11 @@ RETRAINING_JOB = "retraining_job"
 TASK_TAG = "flywheel/task"
 
 
+def task_of(defs: dg.Definitions) -> str:
+    """The task whose code location `defs` is: the tag its retraining job gives its runs."""
+    return defs.resolve_job_def(RETRAINING_JOB).tags[TASK_TAG]
+
+
 def task_runs(task_name: str, job_name: str | None = None, **filters: object) -> dg.RunsFilter:
     """The runs of `task_name`'s jobs (of `job_name` only, if given) that also match `filters`
     (`dg.RunsFilter`'s fields; `tags` are added to the task's)."""

@@ -17,7 +17,7 @@ import dagster as dg
 
 from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import landing_settled
-from pipelines.lib.runs import RETRAINING_JOB, TASK_TAG
+from pipelines.lib.runs import RETRAINING_JOB, task_of
 from sim.driver.executor import RunExecutor, RunSummary, TickReport
 
 # Sensors whose cursor can hold changes taken at their next evaluation, once what they list has
@@ -152,7 +152,7 @@ class Driver:
             raise ValueError(f"unknown retraining triggers {unknown}: not in {RETRAINING_TRIGGERS}")
         self.defs, self.instance = defs, instance
         # The task whose code location `defs` is: its runs and assets carry its name.
-        self.task_name = defs.resolve_job_def(RETRAINING_JOB).tags[TASK_TAG]
+        self.task_name = task_of(defs)
         self.land, self.deliver_labels = land, deliver_labels
         self.triggers = tuple(triggers)
         self.schedule = ScheduleTicker(defs, instance, RETRAINING_SCHEDULE)

@@ -22,7 +22,7 @@ import yaml
 from pipelines.definitions import build_definitions
 from pipelines.lib.asset_keys import task_key
 from pipelines.lib.datasets import init_repository
-from pipelines.lib.runs import RETRAINING_JOB, TASK_TAG
+from pipelines.lib.runs import task_of
 from pipelines.resources import warehouse_resources
 from pipelines.task import load_task
 
@@ -55,7 +55,7 @@ class Flywheel:
         self.backend = backend
         resources = warehouse_resources("prod") if backend == "postgres" else None
         self.defs = build_definitions(env="local", resources=resources)
-        self.task_name = self.defs.resolve_job_def(RETRAINING_JOB).tags[TASK_TAG]
+        self.task_name = task_of(self.defs)
         self.zone = self.defs.resources["landing_zone"]
         self.warehouse = home / "warehouse.duckdb"
         self.resource = self.defs.resources["warehouse"]

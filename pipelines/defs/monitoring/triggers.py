@@ -123,6 +123,7 @@ def _event_sensor(
         name=name, job=job, minimum_interval_seconds=interval_s or 60, description=description
     )
     def event_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        task_name = job.tags[TASK_TAG]
         state = json.loads(context.cursor) if context.cursor else {}
         after, last_day = state.get("after_storage_id"), state.get("last_trigger_day")
         records = context.instance.fetch_materializations(
@@ -131,7 +132,7 @@ def _event_sensor(
             ascending=True,
         ).records
         # The cooldown the sensors share: this sensor's last request, or the other's last run.
-        alarms = last_retraining_day(context.instance, job.tags[TASK_TAG], job.name, ALARM_TRIGGERS)
+        alarms = last_retraining_day(context.instance, task_name, job.name, ALARM_TRIGGERS)
         last_day = max(filter(None, (last_day, alarms)), default=None)
         requests = []
         for record in records:
@@ -146,10 +147,10 @@ def _event_sensor(
                     f"{day}: {flag} but in cooldown since the alarm on {last_day}; no request"
                 )
                 continue
-            if covered := covering_run(context.instance, job.tags[TASK_TAG], job.name, day):
+            if covered := covering_run(context.instance, task_name, job.name, day):
                 context.log.info(f"{day}: {flag} but run {covered} already retrains on that day")
                 continue
-            if seen := labels_seen_by(context.instance, job.tags[TASK_TAG], job.name, labels):
+            if seen := labels_seen_by(context.instance, task_name, job.name, labels):
                 context.log.info(f"{day}: {flag} but no label came in since run {seen}")
                 continue
             version = metadata.get("model_version")
@@ -218,13 +219,13 @@ def build_monitoring_triggers(
         context: dg.ScheduleEvaluationContext,
     ) -> dg.RunRequest | dg.SkipReason:
         """One retraining per tick (a week, or a month for a monthly task), keyed by its
-        scheduled time; skipped when a retraining
-        already trained on the same days, when the champion was trained on days within the
-        cooldown, or when there is a champion and any retraining was (the gate rejected it: one
-        more day of labels would mostly draw the same challenger again)."""
-        moment = context.scheduled_execution_time
+        scheduled time; skipped when a retraining already trained on the same days, when the
+        champion was trained on days within the cooldown, or when there is a champion and any
+        retraining was (the gate rejected it: one more day of labels would mostly draw the same
+        challenger again)."""
+        moment, task_name = context.scheduled_execution_time, job.tags[TASK_TAG]
         day = (moment.date() - timedelta(days=1)).isoformat()
-        if covered := covering_run(context.instance, job.tags[TASK_TAG], job.name, day):
+        if covered := covering_run(context.instance, task_name, job.name, day):
             return dg.SkipReason(f"run {covered} already retrains on data up to {day}")
         trained = champion_day(context.instance, champion)
         if in_cooldown(day, trained, monitoring.cooldown_days):
@@ -232,13 +233,13 @@ def build_monitoring_triggers(
                 f"the champion was trained on data up to {trained}, within "
                 f"{monitoring.cooldown_days} days"
             )
-        attempted = last_retraining_day(context.instance, job.tags[TASK_TAG], job.name)
+        attempted = last_retraining_day(context.instance, task_name, job.name)
         if trained is not None and in_cooldown(day, attempted, monitoring.cooldown_days):
             return dg.SkipReason(
                 f"a retraining on data up to {attempted}, within {monitoring.cooldown_days} days, "
                 f"kept the champion trained on data up to {trained}"
             )
-        if seen := labels_seen_by(context.instance, job.tags[TASK_TAG], job.name, labels):
+        if seen := labels_seen_by(context.instance, task_name, job.name, labels):
             return dg.SkipReason(f"no label came in since run {seen}")
         return dg.RunRequest(
             run_key=f"retraining_schedule:{moment.isoformat()}",
