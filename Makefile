@@ -91,9 +91,10 @@ data-pull: setup
 	cd data && ../$(VENV)/bin/dvc remote add --local --force --default flywheel $(DVC_REMOTE)
 	cd data && ../$(VENV)/bin/dvc pull
 
-# The production-shaped stack on this machine (docs/deployment.md): PostgreSQL, an S3 endpoint, an
-# MLflow server, the code location's gRPC server, the Dagster daemon and webserver, each its own
-# process. `stack-up` starts what is not running; `stack-down` stops it all and keeps the state.
+# The production-shaped stack on this machine (docs/deployment.md): PostgreSQL, PgBouncer, an
+# S3-compatible object store, an MLflow server, the code location's gRPC server, the Dagster daemon
+# and webserver, each its own process under supervisord, which restarts one that dies. `stack-up`
+# starts what is not running; `stack-down` stops it all and keeps the state.
 stack-up: setup
 	$(PY) -m deploy.stack up
 

@@ -23,8 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "down":
             stack.down()
         else:
-            for name, running in stack.status().items():
-                print(f"{name:<13} {'running' if running else 'stopped'}")
+            for name, state in stack.status().items():
+                print(f"{name:<13} {state}")
     except StackError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -80,9 +80,10 @@ log_disconnections = 0
 
 
 def command(config: Path) -> list[str]:
-    """The pooler in the foreground (its log on standard error), as the server's user when root
-    (PgBouncer refuses to run as root). `configure` installed it where it was missing."""
-    return postgres.as_server_user([str(_find() or PACKAGE), str(config)])
+    """The pooler in the foreground (its log on standard error); run it as the server's user
+    when root (PgBouncer refuses to run as root). `configure` installed it where it was
+    missing."""
+    return [str(_find() or PACKAGE), str(config)]
 
 
 def ready(port: int, password: str, database: str) -> bool:

@@ -150,6 +150,27 @@ def start(data: Path, port: int, log: Path) -> None:
     )
 
 
+def server_command(data: Path, port: int) -> list[str]:
+    """The server in the foreground on 127.0.0.1:`port` (TCP only), for a process manager."""
+    return [
+        *[str(binaries() / "postgres"), "-D", str(data)],
+        *["-c", "listen_addresses=127.0.0.1", "-c", f"port={port}"],
+        *["-c", "unix_socket_directories="],
+    ]
+
+
+def accepting(url: str) -> bool:
+    """Whether the server at `url` (without a database) takes a session: not while it starts
+    or recovers from a crash."""
+    import psycopg2
+
+    try:
+        psycopg2.connect(_libpq(url), connect_timeout=2).close()
+    except psycopg2.OperationalError:
+        return False
+    return True
+
+
 def running(data: Path) -> bool:
     """Whether the cluster in `data` has a live server."""
     bin_dir = binaries()

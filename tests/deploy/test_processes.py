@@ -1,20 +1,26 @@
-"""The stack's process table and its errors, with real short-lived processes (no services)."""
+"""The stack's process manager (a real supervisord) and its errors, with short-lived programs in
+place of the services."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from deploy.stack import postgres
-from deploy.stack.processes import ProcessTable, Service, StackError, free_port, free_ports
-from deploy.stack.stack import Stack, code_server_ready
+from deploy.stack.processes import StackError, free_port, free_ports
+from deploy.stack.stack import PORTS, Stack, code_server_ready
+from deploy.stack.supervisor import START_RETRIES, Service, Supervisor
 
 
 def port_open(port: int) -> bool:
@@ -28,25 +34,88 @@ def service(name: str, code: str, ready=lambda: False) -> Service:
     return Service(name, [sys.executable, "-c", code], ready)
 
 
-def test_a_service_that_exits_while_starting_is_reported_with_its_log(tmp_path: Path):
-    table = ProcessTable(tmp_path)
+def listening(port: int) -> str:
+    """A program that listens on 127.0.0.1:`port` until stopped."""
+    return (
+        "import socket, time; s = socket.socket(); "
+        f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(600)"
+    )
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
+    """A supervisord of its own under `tmp_path`, shut down after the test."""
+    made = Supervisor(tmp_path)
+    yield made
+    made.shutdown()
+
+
+def launch(supervisor: Supervisor, *services: Service) -> None:
+    supervisor.launch(dict(os.environ), services, timeout_s=30)
+
+
+def test_a_service_that_keeps_failing_is_given_up_and_reported_with_its_log(supervisor):
     broken = service("broken", "import sys; print('bad setting: FOO'); sys.exit(3)")
+    launch(supervisor, broken)
     with pytest.raises(StackError) as caught:
-        table.start(broken, dict(os.environ), timeout_s=30)
+        supervisor.start(broken, timeout_s=120)
     message = str(caught.value)
-    assert "broken exited with status 3" in message
-    assert str(tmp_path / "logs" / "broken.log") in message
+    # supervisord tried it again, waiting longer each time, then gave up.
+    assert "broken is FATAL" in message
+    assert str(supervisor.log("broken")) in message
     assert "bad setting: FOO" in message
+    assert supervisor.log("broken").read_text().count("bad setting: FOO") == START_RETRIES + 1
 
 
-def test_a_service_not_ready_in_time_is_stopped_by_stop_and_named(tmp_path: Path):
-    table = ProcessTable(tmp_path)
-    sleeper = service("sleeper", "import time; time.sleep(60)")
+def test_a_service_not_ready_in_time_is_named_and_stopped_by_stop(supervisor):
+    sleeper = service("sleeper", "import time; time.sleep(600)")
+    launch(supervisor, sleeper)
     with pytest.raises(StackError, match="sleeper was not ready after 1 s"):
-        table.start(sleeper, dict(os.environ), timeout_s=1)
-    assert table.running("sleeper") is not None
-    assert table.stop(["sleeper"], timeout_s=10) == ["sleeper"]
-    assert table.running("sleeper") is None
+        supervisor.start(sleeper, timeout_s=1)
+    pid = supervisor.pid("sleeper")
+    assert pid is not None
+    assert supervisor.stop(["sleeper"]) == ["sleeper"]
+    assert supervisor.pid("sleeper") is None
+    assert not psutil.pid_exists(pid)
+
+
+def test_a_killed_service_is_restarted_and_start_is_idempotent(supervisor):
+    port = free_port()
+    listener = service("listener", listening(port), ready=lambda: port_open(port))
+    launch(supervisor, listener)
+    assert supervisor.start(listener, timeout_s=30) is True
+    assert supervisor.start(listener, timeout_s=30) is False  # already running
+    first = supervisor.pid("listener")
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while not supervisor.states(["listener"])["listener"].startswith("RUNNING"):
+        assert time.monotonic() < deadline, supervisor.states(["listener"])
+        time.sleep(0.2)
+    assert supervisor.pid("listener") != first and port_open(port)
+    assert supervisor.stop(["listener"]) == ["listener"]
+    assert not port_open(port)
+
+
+def test_services_left_by_a_killed_supervisord_are_stopped_by_the_next(tmp_path: Path):
+    port = free_port()
+    listener = service("listener", listening(port), ready=lambda: port_open(port))
+    first = Supervisor(tmp_path)
+    launch(first, listener)
+    first.start(listener, timeout_s=30)
+    orphan = first.pid("listener")
+    os.kill(int((first.folder / "supervisord.pid").read_text()), signal.SIGKILL)
+    time.sleep(1)
+    assert psutil.pid_exists(orphan) and port_open(port)  # it holds the port a new one needs
+    again = Supervisor(tmp_path)
+    try:
+        assert again.leftovers() == [orphan]
+        launch(again, listener)
+        assert again.start(listener, timeout_s=30) is True
+        assert again.pid("listener") != orphan
+    finally:
+        again.shutdown()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(orphan).kill()
 
 
 def test_ports_chosen_together_are_all_different_and_free():
@@ -59,27 +128,9 @@ def test_ports_chosen_together_are_all_different_and_free():
             again.bind(("127.0.0.1", port))
 
 
-def test_start_is_idempotent_and_a_recycled_pid_is_not_the_service(tmp_path: Path):
-    table = ProcessTable(tmp_path)
-    port = free_port()
-    code = (
-        "import socket, time; s = socket.socket(); "
-        f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(60)"
-    )
-    listener = service("listener", code, ready=lambda: port_open(port))
-    assert table.start(listener, dict(os.environ), timeout_s=30) is True
-    assert table.start(listener, dict(os.environ), timeout_s=30) is False  # already running
-    record = tmp_path / "pids" / "listener.json"
-    real = json.loads(record.read_text())
-    # Same pid, another start time: a process that reused the pid is not the service.
-    record.write_text(json.dumps({**real, "started": real["started"] - 100}))
-    assert table.running("listener") is None
-    record.write_text(json.dumps(real))
-    assert table.stop(["listener"]) == ["listener"]
-    assert not port_open(port)
-
-
-def test_a_stack_made_before_the_pooler_gets_a_port_for_it_and_keeps_the_others(tmp_path: Path):
+def test_a_stack_made_before_the_pooler_and_the_store_gets_ports_for_them_and_keeps_the_others(
+    tmp_path: Path,
+):
     root = tmp_path / "stack"
     root.mkdir()
     ports = {"postgres": 1, "s3": 2, "mlflow": 3, "code_server": 4, "webserver": 5}
@@ -88,7 +139,9 @@ def test_a_stack_made_before_the_pooler_gets_a_port_for_it_and_keeps_the_others(
     )
     chosen = Stack(root).settings
     assert {name: chosen["ports"][name] for name in ports} == ports
-    assert chosen["ports"]["pgbouncer"] not in ports.values()
+    added = [chosen["ports"][name] for name in PORTS if name not in ports]
+    assert len(added) == len(PORTS) - len(ports) == 8  # the pooler and the store's 7 more
+    assert len(set(added) | set(ports.values())) == len(PORTS)
     assert json.loads((root / "stack.json").read_text()) == chosen  # kept for the next `up`
     # Dagster reaches its database through the pooler, the warehouse the server itself.
     environment = Stack(root).environment()
