@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from deploy.stack import postgres
+from deploy.stack import postgres, tls
 from deploy.stack.processes import write_atomically
 
 PACKAGE = "pgbouncer"
@@ -36,18 +36,25 @@ def _find() -> Path | None:
     return Path(on_path) if on_path else None
 
 
-def configure(folder: Path, port: int, server_port: int, databases: list[str], secret: str) -> Path:
-    """Write the pooler's settings under `folder` (listening on 127.0.0.1:`port`, serving
-    `databases` of the server on `server_port`), installing PgBouncer first where it is missing;
-    the path of its configuration file."""
+def configure(
+    folder: Path,
+    port: int,
+    server_port: int,
+    role: str,
+    secret: str,
+    certificates: tls.Certificates,
+) -> Path:
+    """Write the pooler's settings under `folder` (listening on 127.0.0.1:`port`, serving the
+    database of `role`, named like it, of the server on `server_port`, to that role alone, whose
+    SCRAM verifier is `secret`), installing PgBouncer first where it is missing; the path of its
+    configuration file. TLS on both sides: clients must ask for it, and the pooler checks the
+    server's certificate as the clients would."""
     binary()
     folder.mkdir(parents=True, exist_ok=True)
     postgres.give_to_server_user(folder)
     users = folder / "users.txt"
-    write_atomically(users, f'"{postgres.ROLE}" "{secret}"\n', mode=0o600)
-    served = "".join(
-        f"{name} = host=127.0.0.1 port={server_port} dbname={name}\n" for name in databases
-    )
+    write_atomically(users, f'"{role}" "{secret}"\n', mode=0o600)
+    served = f"{role} = host=127.0.0.1 port={server_port} dbname={role}\n"
     config = folder / "pgbouncer.ini"
     write_atomically(
         config,
@@ -71,6 +78,11 @@ server_login_retry = 1
 ; the log holds errors and the minute's statistics, not a line per client connection
 log_connections = 0
 log_disconnections = 0
+client_tls_sslmode = require
+client_tls_cert_file = {certificates.certificate}
+client_tls_key_file = {certificates.key}
+server_tls_sslmode = verify-full
+server_tls_ca_file = {certificates.authority}
 """,
     )
     if os.geteuid() == 0:
@@ -86,17 +98,17 @@ def command(config: Path) -> list[str]:
     return [str(_find() or PACKAGE), str(config)]
 
 
-def ready(port: int, password: str, database: str) -> bool:
-    """Whether the pooler on `port` logs the role in to `database` and answers a query."""
+def ready(port: int, role: str, password: str) -> bool:
+    """Whether the pooler on `port` logs `role` in to its database and answers a query."""
     import psycopg2
 
     try:
         connection = psycopg2.connect(
             host="127.0.0.1",
             port=port,
-            user=postgres.ROLE,
+            user=role,
             password=password,
-            dbname=database,
+            dbname=role,
             connect_timeout=2,
         )
     except psycopg2.OperationalError:

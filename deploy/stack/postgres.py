@@ -1,7 +1,10 @@
 """The stack's PostgreSQL: the distribution's server, a cluster under FLYWHEEL_HOME, on loopback.
 
 Run as root, the server's commands run as the `postgres` user (PostgreSQL refuses root), which
-then owns the cluster's folder; the password of the stack's role is in the stack's secrets.
+then owns the cluster's folder. The cluster's bootstrap role (`flywheel`, a superuser) only
+administers it: each consumer logs in as a role of its own, no superuser, that owns its one
+database and may connect to no other (`pg_hba.conf`), over TLS only. The passwords are in the
+stack's secrets.
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from deploy.stack.processes import StackError, free_port
+from deploy.stack.processes import StackError, free_port, write_atomically
 
 PACKAGE = "postgresql"
 SERVER_USER = "postgres"
 ROLE = "flywheel"
 INSTALL_LOCK = "/var/lock/flywheel-postgresql-install.lock"
 DATABASES = ("dagster", "mlflow", "optuna", "warehouse")
+# Each database's consumer logs in as the role named like it: Dagster's storage, MLflow's backend
+# store, Optuna's studies, and the warehouse's writers (the pipeline's steps and dbt).
+CONSUMER_ROLES = DATABASES
 
 
 def binaries() -> Path:
@@ -150,13 +156,99 @@ def start(data: Path, port: int, log: Path) -> None:
     )
 
 
-def server_command(data: Path, port: int) -> list[str]:
-    """The server in the foreground on 127.0.0.1:`port` (TCP only), for a process manager."""
+def server_command(data: Path, port: int, certificate: Path, key: Path) -> list[str]:
+    """The server in the foreground on 127.0.0.1:`port` (TCP only, TLS with `certificate`),
+    for a process manager."""
     return [
         *[str(binaries() / "postgres"), "-D", str(data)],
         *["-c", "listen_addresses=127.0.0.1", "-c", f"port={port}"],
         *["-c", "unix_socket_directories="],
+        *["-c", "ssl=on", "-c", f"ssl_cert_file={certificate}", "-c", f"ssl_key_file={key}"],
+        *["-c", "ssl_min_protocol_version=TLSv1.2"],
     ]
+
+
+def write_hba(data: Path) -> None:
+    """Who may log in to what (`pg_hba.conf`, read at start and on reload): over TLS only, the
+    administrator to any database, each consumer's role to its own database."""
+    rows = [f"hostssl all {ROLE} 127.0.0.1/32 scram-sha-256"]
+    rows += [f"hostssl {role} {role} 127.0.0.1/32 scram-sha-256" for role in CONSUMER_ROLES]
+    path = data / "pg_hba.conf"
+    text = "# Written by the stack at each start (deploy/stack/postgres.py).\n"
+    write_atomically(path, text + "\n".join(rows) + "\n", mode=0o600)
+    if os.geteuid() == 0:
+        shutil.chown(path, SERVER_USER, SERVER_USER)
+
+
+def ensure_roles(url: str, passwords: dict[str, str]) -> None:
+    """Each consumer's role (no superuser, no role or database creation) with its password,
+    owning its database and everything in it, which no other role may connect to. Idempotent;
+    a stack whose databases the administrator owned hands them over, objects and all."""
+    import psycopg2
+
+    connection = psycopg2.connect(_libpq(url))
+    connection.autocommit = True
+    try:
+        with connection.cursor() as cursor:
+            for role in CONSUMER_ROLES:
+                cursor.execute("select 1 from pg_roles where rolname = %s", (role,))
+                verb = "alter" if cursor.fetchone() else "create"
+                cursor.execute(
+                    f'{verb} role "{role}" login nosuperuser nocreatedb nocreaterole '
+                    "noreplication password %s",
+                    (passwords[role],),
+                )
+                cursor.execute(f'alter database "{role}" owner to "{role}"')
+                cursor.execute(f'revoke all on database "{role}" from public')
+    finally:
+        connection.close()
+    for role in CONSUMER_ROLES:
+        _hand_over(url, role)
+
+
+# Everything the administrator owns in a database, handed to the database's role: schemas, then
+# tables (their indexes and their columns' sequences follow), views, other sequences, types.
+HAND_OVER = """
+do $$
+declare item record;
+begin
+  for item in select nspname from pg_namespace where nspowner = %(admin)s::regrole
+      and nspname !~ '^pg_' and nspname <> 'information_schema' loop
+    execute format('alter schema %%I owner to %%I', item.nspname, %(role)s);
+  end loop;
+  -- Relations, then the sequences no table took along (a column's sequence moves with it).
+  for kinds in 1..2 loop
+    for item in select c.oid::regclass as name, c.relkind from pg_class c
+        join pg_namespace n on n.oid = c.relnamespace
+        where c.relowner = %(admin)s::regrole and n.nspname !~ '^pg_'
+          and n.nspname <> 'information_schema'
+          and c.relkind = any(case kinds when 1 then '{r,p,v,m,f}'::"char"[]
+                                         else '{S}'::"char"[] end) loop
+      execute format('alter %%s %%s owner to %%I', case item.relkind
+        when 'v' then 'view' when 'm' then 'materialized view' when 'f' then 'foreign table'
+        when 'S' then 'sequence' else 'table' end, item.name, %(role)s);
+    end loop;
+  end loop;
+  for item in select t.oid::regtype as name from pg_type t
+      join pg_namespace n on n.oid = t.typnamespace
+      where t.typowner = %(admin)s::regrole and t.typtype in ('e', 'd')
+        and n.nspname !~ '^pg_' and n.nspname <> 'information_schema' loop
+    execute format('alter type %%s owner to %%I', item.name, %(role)s);
+  end loop;
+end $$;
+"""
+
+
+def _hand_over(url: str, role: str) -> None:
+    import psycopg2
+
+    connection = psycopg2.connect(_libpq(url).removesuffix("/postgres") + f"/{role}")
+    connection.autocommit = True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(HAND_OVER, {"admin": ROLE, "role": role})
+    finally:
+        connection.close()
 
 
 def accepting(url: str) -> bool:
@@ -190,20 +282,20 @@ def stop(data: Path) -> bool:
     return True
 
 
-def scram_secret(url: str) -> str:
-    """The stack role's SCRAM verifier as the server stores it (no password: what a pooler
-    checks clients against, and logs in with on their behalf)."""
+def scram_secret(url: str, role: str) -> str:
+    """`role`'s SCRAM verifier as the server stores it (no password: what a pooler checks
+    clients against, and logs in with on their behalf), read with the administrator's `url`."""
     import psycopg2
 
     connection = psycopg2.connect(_libpq(url))
     try:
         with connection.cursor() as cursor:
-            cursor.execute("select rolpassword from pg_authid where rolname = %s", (ROLE,))
+            cursor.execute("select rolpassword from pg_authid where rolname = %s", (role,))
             (secret,) = cursor.fetchone()
     finally:
         connection.close()
     if not secret or not secret.startswith("SCRAM-SHA-256$"):
-        raise StackError(f"role {ROLE!r} has no SCRAM-SHA-256 password on the stack's server")
+        raise StackError(f"role {role!r} has no SCRAM-SHA-256 password on the stack's server")
     return secret
 
 

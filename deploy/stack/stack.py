@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from deploy.stack import pgbouncer, postgres, s3
+from deploy.stack import pgbouncer, postgres, s3, tls
 from deploy.stack.processes import StackError, free_ports, http_ok, write_atomically
 from deploy.stack.supervisor import Service, Supervisor
 from pipelines.settings import SENSOR_INTERVAL, SETTINGS, environment_of
@@ -37,9 +37,10 @@ WAREHOUSE_WRITERS = 4
 PORTS = ("postgres", *s3.PORTS, "mlflow", "code_server", "webserver", "pgbouncer")
 # Started in this order, stopped in the reverse one.
 SERVICES = ("postgres", "pgbouncer", "s3", "mlflow", "code_server", "daemon", "webserver")
-# The databases whose clients reach PostgreSQL through the pooler: Dagster's, whose storage opens
-# a connection for each call. MLflow's server and SQLAlchemy's engines of the others keep theirs.
-POOLED = ["dagster"]
+# The database (and role) whose clients reach PostgreSQL through the pooler: Dagster's, whose
+# storage opens a connection for each call. MLflow's server and SQLAlchemy's engines of the others
+# keep theirs.
+POOLED = "dagster"
 
 
 @dataclass(frozen=True)
@@ -87,18 +88,26 @@ class Stack:
         path = self.root / "stack.json"
         if path.exists():
             kept = json.loads(path.read_text())
-            # A stack made before a part was added (the pooler) gets a port for it, kept too.
+            # A stack made before a part was added (the pooler, the object store) gets ports for
+            # it, and before the consumers' roles passwords for them, kept too.
             missing = [name for name in PORTS if name not in kept["ports"]]
+            roles = [role for role in postgres.CONSUMER_ROLES if role not in kept.get("roles", {})]
             if missing:
                 taken = set(kept["ports"].values())
                 fresh = [p for p in free_ports(len(missing) + len(taken)) if p not in taken]
                 kept["ports"].update(zip(missing, fresh, strict=False))
+            if roles:
+                kept.setdefault("roles", {}).update(
+                    {role: secrets.token_urlsafe(18) for role in roles}
+                )
+            if missing or roles:
                 write_atomically(path, json.dumps(kept, indent=2), mode=0o600)
             return kept
         self.root.mkdir(parents=True, exist_ok=True)
         chosen = {
             "ports": dict(zip(PORTS, free_ports(len(PORTS)), strict=True)),
             "postgres_password": secrets.token_urlsafe(18),
+            "roles": {role: secrets.token_urlsafe(18) for role in postgres.CONSUMER_ROLES},
             "s3_secret": secrets.token_urlsafe(18),
         }
         write_atomically(path, json.dumps(chosen, indent=2), mode=0o600)
@@ -107,7 +116,7 @@ class Stack:
     def environment(self) -> dict[str, str]:
         """The `FLYWHEEL_ENV=prod` settings that point at this stack, given to every process."""
         chosen = self.settings
-        ports, pg = chosen["ports"], self.postgres_url()
+        ports = chosen["ports"]
         endpoint = f"http://127.0.0.1:{ports['s3']}"
         return {
             "FLYWHEEL_ENV": "prod",
@@ -116,8 +125,8 @@ class Stack:
             # Dagster reaches its database through the pooler.
             "DAGSTER_PG_HOST": "127.0.0.1",
             "DAGSTER_PG_PORT": str(ports["pgbouncer"]),
-            "DAGSTER_PG_USER": postgres.ROLE,
-            "DAGSTER_PG_PASSWORD": chosen["postgres_password"],
+            "DAGSTER_PG_USER": "dagster",
+            "DAGSTER_PG_PASSWORD": chosen["roles"]["dagster"],
             "DAGSTER_PG_DB": "dagster",
             "AWS_ACCESS_KEY_ID": "flywheel",
             "AWS_SECRET_ACCESS_KEY": chosen["s3_secret"],
@@ -130,11 +139,14 @@ class Stack:
             # The warehouse: the stack's PostgreSQL (dbt's `prod` target reads the same).
             "FLYWHEEL_WAREHOUSE_HOST": "127.0.0.1",
             "FLYWHEEL_WAREHOUSE_PORT": str(ports["postgres"]),
-            "FLYWHEEL_WAREHOUSE_USER": postgres.ROLE,
-            "FLYWHEEL_WAREHOUSE_PASSWORD": chosen["postgres_password"],
+            "FLYWHEEL_WAREHOUSE_USER": "warehouse",
+            "FLYWHEEL_WAREHOUSE_PASSWORD": chosen["roles"]["warehouse"],
             "FLYWHEEL_WAREHOUSE_DATABASE": "warehouse",
             "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{ports['mlflow']}",
-            "FLYWHEEL_OPTUNA_STORAGE": f"{pg}/optuna",
+            "FLYWHEEL_OPTUNA_STORAGE": self.postgres_url("optuna"),
+            # Every libpq client (Dagster, dbt, the warehouse, MLflow's store, Optuna) asks for
+            # TLS and checks the server's certificate and name.
+            **self.certificates.client_environment(),
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
             # Where clients (the daemon-driven simulation) reach the webserver's GraphQL API.
             "FLYWHEEL_DAGSTER_URL": f"http://127.0.0.1:{ports['webserver']}",
@@ -146,12 +158,21 @@ class Stack:
             **environment_of(SETTINGS),
         }
 
-    def postgres_url(self) -> str:
-        """The stack role's URL of the server, without a database."""
+    def postgres_url(self, role: str | None = None) -> str:
+        """The URL of a consumer's `role` to its database; without one, the administrator's URL
+        of the server, without a database (the stack's own commands only)."""
         chosen = self.settings
-        password, port = chosen["postgres_password"], chosen["ports"]["postgres"]
+        port = chosen["ports"]["postgres"]
         # psycopg2 (dagster-postgres's driver) for every client; SQLAlchemy 2.1 defaults to 3.
-        return f"postgresql+psycopg2://{postgres.ROLE}:{password}@127.0.0.1:{port}"
+        if role is None:
+            password = chosen["postgres_password"]
+            return f"postgresql+psycopg2://{postgres.ROLE}:{password}@127.0.0.1:{port}"
+        password = chosen["roles"][role]
+        return f"postgresql+psycopg2://{role}:{password}@127.0.0.1:{port}/{role}"
+
+    @property
+    def certificates(self) -> tls.Certificates:
+        return tls.Certificates(self.root / "tls")
 
     def write_files(self) -> None:
         """The stack's Dagster instance, workspace, environment file and dataset repository."""
@@ -181,7 +202,12 @@ class Stack:
         return {
             "postgres": Service(
                 "postgres",
-                postgres.server_command(self.pg_data, ports["postgres"]),
+                postgres.server_command(
+                    self.pg_data,
+                    ports["postgres"],
+                    self.certificates.certificate,
+                    self.certificates.key,
+                ),
                 lambda: postgres.accepting(self.postgres_url()),
                 stop_signal="INT",  # fast shutdown: sessions are ended, nothing is lost
                 user=postgres.SERVER_USER,
@@ -189,9 +215,7 @@ class Stack:
             "pgbouncer": Service(
                 "pgbouncer",
                 pgbouncer.command(pooler),
-                lambda: pgbouncer.ready(
-                    ports["pgbouncer"], self.settings["postgres_password"], POOLED[0]
-                ),
+                lambda: pgbouncer.ready(ports["pgbouncer"], POOLED, self.settings["roles"][POOLED]),
                 user=postgres.SERVER_USER,
             ),
             "s3": Service(
@@ -209,7 +233,7 @@ class Stack:
                 lambda: http_ok(f"{env['MLFLOW_TRACKING_URI']}/health"),
                 env={
                     # The backend store's URL holds the password: environment, not command line.
-                    "MLFLOW_BACKEND_STORE_URI": f"{self.postgres_url()}/mlflow",
+                    "MLFLOW_BACKEND_STORE_URI": self.postgres_url("mlflow"),
                     # No job runner: its consumers serve MLflow's GenAI jobs, which flywheel does
                     # not use, and are processes that take CPU on an otherwise idle stack.
                     "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
@@ -248,6 +272,8 @@ class Stack:
         self.write_files()
         if postgres.init_cluster(self.pg_data, self.settings["postgres_password"]):
             say(f"initialised a PostgreSQL cluster in {self.pg_data}")
+        tls.ensure(self.certificates.folder, postgres.SERVER_USER)
+        postgres.write_hba(self.pg_data)
         s3.write_identities(
             self.identities, self.environment()["AWS_ACCESS_KEY_ID"], self.settings["s3_secret"]
         )
@@ -279,13 +305,15 @@ class Stack:
     def prepare_databases(self) -> None:
         """The databases, Dagster's tables and the pooler's settings (PostgreSQL is up)."""
         postgres.create_databases(self.postgres_url())
+        postgres.ensure_roles(self.postgres_url(), self.settings["roles"])
         self.create_dagster_tables()
         pgbouncer.configure(
             self.root / "pgbouncer",
             self.settings["ports"]["pgbouncer"],
             self.settings["ports"]["postgres"],
             POOLED,
-            postgres.scram_secret(self.postgres_url()),
+            postgres.scram_secret(self.postgres_url(), POOLED),
+            self.certificates,
         )
 
     def create_dagster_tables(self) -> None:
@@ -293,7 +321,7 @@ class Stack:
         look for them: deploy/dagster.stack.yaml); `dagster instance migrate` upgrades them."""
         from dagster_postgres import DagsterPostgresStorage
 
-        url = f"{self.postgres_url()}/{self.environment()['DAGSTER_PG_DB']}"
+        url = self.postgres_url("dagster")
         DagsterPostgresStorage(url, should_autocreate_tables=True)  # NullPool: nothing to close
 
     def open_warehouse_pool(self) -> None:

@@ -128,7 +128,7 @@ def test_ports_chosen_together_are_all_different_and_free():
             again.bind(("127.0.0.1", port))
 
 
-def test_a_stack_made_before_the_pooler_and_the_store_gets_ports_for_them_and_keeps_the_others(
+def test_a_stack_made_before_the_pooler_the_store_and_the_roles_gets_them_and_keeps_the_rest(
     tmp_path: Path,
 ):
     root = tmp_path / "stack"
@@ -142,11 +142,14 @@ def test_a_stack_made_before_the_pooler_and_the_store_gets_ports_for_them_and_ke
     added = [chosen["ports"][name] for name in PORTS if name not in ports]
     assert len(added) == len(PORTS) - len(ports) == 8  # the pooler and the store's 7 more
     assert len(set(added) | set(ports.values())) == len(PORTS)
+    # ...and passwords for the consumers' roles it did not have.
+    assert set(chosen["roles"]) == set(postgres.CONSUMER_ROLES)
     assert json.loads((root / "stack.json").read_text()) == chosen  # kept for the next `up`
     # Dagster reaches its database through the pooler, the warehouse the server itself.
     environment = Stack(root).environment()
     assert environment["DAGSTER_PG_PORT"] == str(chosen["ports"]["pgbouncer"])
     assert environment["FLYWHEEL_WAREHOUSE_PORT"] == "1"
+    assert environment["DAGSTER_PG_PASSWORD"] == chosen["roles"]["dagster"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the cluster to another user")

@@ -192,6 +192,56 @@ def test_dagster_reaches_its_database_through_the_pooler(home: Path, env: dict[s
     assert sessions_after - sessions <= POOL_SIZE, f"{sessions_after - sessions} sessions in 12 s"
 
 
+def test_each_consumer_logs_in_as_a_role_of_its_own_over_tls_only(home: Path, env: dict[str, str]):
+    import psycopg2
+
+    from deploy.stack import postgres
+
+    settings = json.loads((home / "stack" / "stack.json").read_text())
+    port = settings["ports"]["postgres"]
+    # Every client of the stack asks for TLS and checks the server's name (libpq's settings).
+    assert env["PGSSLMODE"] == "verify-full"
+    assert env["DAGSTER_PG_USER"] == "dagster" and env["FLYWHEEL_WAREHOUSE_USER"] == "warehouse"
+    assert "//optuna:" in env["FLYWHEEL_OPTUNA_STORAGE"]
+
+    def connect(role: str, database: str, **options):
+        password = settings["roles"].get(role, settings["postgres_password"])
+        return psycopg2.connect(
+            host="127.0.0.1", port=port, user=role, password=password, dbname=database, **options
+        )
+
+    admin = connect(postgres.ROLE, "postgres")
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute(
+                "select usename, bool_and(ssl) from pg_stat_ssl join pg_stat_activity using (pid)"
+                " where usename is not null group by usename"
+            )
+            sessions = dict(cursor.fetchall())
+            cursor.execute(
+                "select rolname from pg_roles where rolname = any(%s) and not rolsuper"
+                " and not rolcreatedb and not rolcreaterole",
+                (list(postgres.CONSUMER_ROLES),),
+            )
+            modest = {row[0] for row in cursor.fetchall()}
+            cursor.execute("select datname, pg_get_userbyid(datdba) from pg_database")
+            owners = dict(cursor.fetchall())
+    finally:
+        admin.close()
+    # The daemon, the webserver, the code server (through the pooler) and MLflow's server are
+    # connected now, each as its own role, and every session is encrypted.
+    assert {"dagster", "mlflow"} <= set(sessions)
+    assert all(sessions.values()), sessions
+    assert modest == set(postgres.CONSUMER_ROLES)
+    assert all(owners[database] == database for database in postgres.DATABASES)
+    # A role reaches its own database only, and nothing is served without TLS.
+    with pytest.raises(psycopg2.OperationalError, match=r"no pg_hba\.conf entry"):
+        connect("dagster", "warehouse")
+    with pytest.raises(psycopg2.OperationalError, match=r"no pg_hba\.conf entry"):
+        connect("warehouse", "warehouse", sslmode="disable")
+    connect("warehouse", "warehouse", sslmode="verify-full").close()
+
+
 @pytest.mark.parametrize(
     ("step", "day", "pause_s"),
     [("flights__raw_flights", "2013-01-06", 0.0), ("daily_dbt_models", "2013-01-03", 1.0)],
