@@ -27,8 +27,8 @@ from pipelines.labeling.triggers import build_labeling_triggers
 from pipelines.lib.asset_keys import task_run_config
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.runs import RETRAINING_JOB, TASK_TAG
-from pipelines.resources import build_resources
-from pipelines.settings import retraining_run_config, sensor_interval_s
+from pipelines.resources import build_resources, retraining_executor
+from pipelines.settings import current_env, retraining_run_config, sensor_interval_s
 from pipelines.task import load_task, task_name, task_names
 
 
@@ -40,6 +40,7 @@ def build_definitions(
     """Build the definitions of `task_name` (default `pipelines.task.task_name()`) for `env`,
     with `resources` in place of the environment's own where given."""
     task = load_task(task_name)
+    env = env or current_env()
     interval_s = sensor_interval_s()
     # Several tasks' code locations share one instance: each run says whose it is.
     tags = {TASK_TAG: task.name}
@@ -92,12 +93,15 @@ def build_definitions(
     )
     training = build_training_assets(task.name, task.model.features)
     evaluation = build_evaluation_assets(task)
+    step_pods = retraining_executor(env)
     retraining_job = dg.define_asset_job(
         RETRAINING_JOB,
         selection=dg.AssetSelection.assets(training_dbt, *datasets, *training, *evaluation),
-        # The run's tags ask a Kubernetes run launcher for a GPU pod, and a run queue that limits
-        # `flywheel/gpu` (deploy/dagster.stack.yaml) runs one at a time.
-        tags={**tags, **GPU_TAGS, "flywheel/gpu": "1"},
+        # A run queue that limits `flywheel/gpu` (deploy/dagster.stack.yaml) runs one at a time.
+        # Where the steps run in the run's process, the run's tags ask a Kubernetes run launcher
+        # for a GPU pod; where each step has a pod, the training step's own tags do.
+        tags={**tags, **({} if step_pods else GPU_TAGS), "flywheel/gpu": "1"},
+        executor_def=step_pods,
         description="Cut a dataset from the newest labels, train a challenger, evaluate it and "
         "promote it if it passes the gate.",
         # The deployment's budget and windows (pipelines/settings.py), shown in each run's config.

@@ -35,7 +35,8 @@ from pipelines.task import task_name
 
 def warehouse(env: str | None = None) -> Warehouse:
     """The warehouse of `env`: the DuckDB file, or PostgreSQL in prod (FLYWHEEL_WAREHOUSE_HOST,
-    _PORT (5432), _USER, _PASSWORD, _DATABASE: the same variables as dbt's `prod` target)."""
+    _PORT (5432), _USER, _PASSWORD, _DATABASE: the same variables as dbt's `prod` target). The
+    password is given as its variable (`dg.EnvVar`), so the UI shows its name, not its value."""
     if (env or current_env()) == "local":
         return DuckDBWarehouse(path=warehouse_path())
     port = settings.WAREHOUSE_PORT.value()
@@ -45,7 +46,7 @@ def warehouse(env: str | None = None) -> Warehouse:
         host=settings.WAREHOUSE_HOST.required(),
         port=int(port),
         user=settings.WAREHOUSE_USER.required(),
-        password=settings.WAREHOUSE_PASSWORD.value(),
+        password=secret_setting(settings.WAREHOUSE_PASSWORD),
         database=settings.WAREHOUSE_DATABASE.required(),
     )
 
@@ -104,10 +105,20 @@ def label_exchange(env: str | None = None, task: str | None = None) -> LabelExch
         )
     return LabelStudioExchange(
         url=settings.LABEL_STUDIO_URL.required(),
-        token=settings.LABEL_STUDIO_TOKEN.required(),
+        token=secret_setting(settings.LABEL_STUDIO_TOKEN),
         project_title=settings.LABEL_STUDIO_PROJECT.get() or per_task(task),
         store=store,
     )
+
+
+def secret_setting(setting: settings.Setting) -> str:
+    """A secret setting as a resource field: its variable (`dg.EnvVar`), read when Dagster
+    initializes the resource in a run, never its value, which the UI would show to anyone who
+    reaches it. An unset optional one (the password of a warehouse that asks for none) stays
+    its default: an EnvVar of an unset variable would fail every run."""
+    if not setting.get():
+        return setting.value()
+    return dg.EnvVar(setting.name)
 
 
 def dataset_store(env: str | None = None) -> DvcDatasetStore:
@@ -150,6 +161,24 @@ def tuning_workers(env: str) -> TuningWorkers:
         memory=settings.TUNING_WORKER_MEMORY.get(),
         gpus=int(gpus),
     )
+
+
+def retraining_executor(env: str) -> dg.ExecutorDefinition | None:
+    """How the retraining job runs its steps: None, in the run's process as every job does; or,
+    in prod when `FLYWHEEL_RETRAINING_STEPS_ON=kubernetes` (the Helm deployment's ConfigMap), each
+    step as a Kubernetes Job of its own (dagster-k8s's step executor, configured like the run
+    launcher), so that the GPU goes to the training step's pod alone, not to the run's."""
+    where = settings.RETRAINING_STEPS_ON.value()
+    if env == "local" or where == "run":
+        return None
+    if where != "kubernetes":
+        raise ConfigurationError(
+            f"FLYWHEEL_RETRAINING_STEPS_ON={where!r}: expected 'run' or 'kubernetes'"
+        )
+    from dagster_k8s import k8s_job_executor
+
+    # One step at a time: they depend on each other, and a pod per step is enough.
+    return k8s_job_executor.configured({"max_concurrent": 1}, name="k8s_steps")
 
 
 def task_stem(task: str | None = None) -> str:

@@ -51,9 +51,9 @@ class Setting:
         """As `get`, with an empty string where there is neither a value nor a default."""
         return self.get(environ) or ""
 
-    def required(self) -> str:
+    def required(self, environ: Mapping[str, str] | None = None) -> str:
         """The variable's value; an error naming it when there is none."""
-        if not (value := self.get()):
+        if not (value := self.get(environ)):
             raise ConfigurationError(
                 f"FLYWHEEL_ENV={current_env()} needs environment variable {self.name}"
             )
@@ -89,12 +89,29 @@ TRACKING_URI = Setting("MLFLOW_TRACKING_URI")
 OPTUNA_STORAGE = Setting("FLYWHEEL_OPTUNA_STORAGE")
 DBT_KEEP_TARGETS = Setting("FLYWHEEL_DBT_KEEP_TARGETS")
 TUNING_WORKERS_ON = Setting("FLYWHEEL_TUNING_WORKERS_ON", "processes")
+# Where the retraining's steps run: in the run's own process (`run`), or each in a Kubernetes pod
+# of its own (`kubernetes`), the training step's alone with a GPU.
+RETRAINING_STEPS_ON = Setting("FLYWHEEL_RETRAINING_STEPS_ON", "run")
 K8S_NAMESPACE = Setting("FLYWHEEL_K8S_NAMESPACE", "default")
 TUNING_IMAGE = Setting("FLYWHEEL_TUNING_IMAGE")
 TUNING_SERVICE_ACCOUNT = Setting("FLYWHEEL_TUNING_SERVICE_ACCOUNT")
 TUNING_WORKER_CPU = Setting("FLYWHEEL_TUNING_WORKER_CPU", "2")
 TUNING_WORKER_MEMORY = Setting("FLYWHEEL_TUNING_WORKER_MEMORY", "8Gi")
 TUNING_WORKER_GPUS = Setting("FLYWHEEL_TUNING_WORKER_GPUS", "0")
+
+
+def secret(field: str) -> str:
+    """The value of a resource's secret field, which the definitions set to a `dg.EnvVar`: the
+    UI then shows the variable's name, never its value.
+
+    Dagster puts the variable's value in the field when it initializes the resource for a run;
+    a resource used as it was built (the preflight, the simulator's command line, a test
+    reading the warehouse) still holds the EnvVar, whose value is read here, with an error
+    naming the variable when it is unset. Any other field is its own value.
+    """
+    from dagster import EnvVar
+
+    return Setting(field.env_var_name).required() if isinstance(field, EnvVar) else field
 
 
 def current_env() -> str:

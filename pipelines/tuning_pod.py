@@ -16,7 +16,7 @@ from pipelines.lib.tuning_workers import (
     datamodule_for,
 )
 from pipelines.resources import dataset_store
-from pipelines.settings import Setting
+from pipelines.settings import OPTUNA_STORAGE, Setting
 from pipelines.task import load_task
 
 
@@ -27,7 +27,10 @@ def pod_main(environ: Mapping[str, str] | None = None) -> None:
     folder = dataset_store().fetch(dataset.dvc_hash)
     features = load_task(dataset.task).model.features
     datamodule = datamodule_for(folder, features, dataset.seed, dataset.min_steps_per_epoch)
-    run_worker(payload["study"], datamodule, int(Setting(INDEX_VARIABLE).value(environ)))
+    # The spec leaves the storage out: its URL holds a password, the pod's Secret gives it.
+    study = payload["study"]
+    study["tune"]["storage"] = OPTUNA_STORAGE.required(environ)
+    run_worker(study, datamodule, int(Setting(INDEX_VARIABLE).value(environ)))
 
 
 if __name__ == "__main__":

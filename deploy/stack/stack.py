@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import psutil
-
 from deploy.stack import pgbouncer, postgres, s3, tls
 from deploy.stack.processes import StackError, free_ports, http_ok, write_atomically
+from deploy.stack.readiness import code_server_ready, daemon_ready
 from deploy.stack.supervisor import Service, Supervisor
 from pipelines.settings import SENSOR_INTERVAL, SETTINGS, environment_of
 
@@ -252,7 +251,7 @@ class Stack:
             "daemon": Service(
                 "daemon",
                 [str(bin_dir / "dagster-daemon"), "run", "-w", str(self.workspace)],
-                lambda: daemon_ready(self),
+                lambda: daemon_ready(self.supervisor.pid("daemon"), self.dagster_home),
             ),
             "webserver": Service(
                 "webserver",
@@ -371,34 +370,3 @@ def describe(stack: Stack, name: str) -> str:
         return f"http://127.0.0.1:{ports[name]} (SeaweedFS, objects in {stack.objects})"
     scheme = "grpc" if name == "code_server" else "http"
     return f"{scheme}://127.0.0.1:{ports[name]}"
-
-
-def code_server_ready(port: int) -> bool:
-    """Whether the code server answers with its loaded code location; StackError with the
-    location's error if it could not load it."""
-    from dagster._api.list_repositories import sync_list_repositories_grpc
-    from dagster._core.errors import DagsterUserCodeProcessError, DagsterUserCodeUnreachableError
-    from dagster._grpc.client import DagsterGrpcClient
-
-    try:
-        sync_list_repositories_grpc(DagsterGrpcClient(port=port, host="127.0.0.1"))
-    except DagsterUserCodeUnreachableError:  # not listening yet: it is still loading
-        return False
-    except DagsterUserCodeProcessError as error:
-        raise StackError(f"the code location could not be loaded:\n{error}") from error
-    return True
-
-
-def daemon_ready(stack: Stack) -> bool:
-    """Whether the daemon's sensor, schedule, run-queue and monitoring loops have all beaten."""
-    import dagster as dg
-
-    needed = {"SENSOR", "SCHEDULER", "QUEUED_RUN_COORDINATOR", "MONITORING"}
-    pid = stack.supervisor.pid("daemon")
-    if pid is None:
-        return False
-    process = psutil.Process(pid)
-    with dg.DagsterInstance.from_config(str(stack.dagster_home)) as instance:
-        beats = instance.get_daemon_heartbeats()
-    fresh = {kind for kind, beat in beats.items() if beat.timestamp >= process.create_time()}
-    return needed <= fresh

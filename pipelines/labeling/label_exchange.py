@@ -30,6 +30,7 @@ from pipelines.labeling.label_studio_api import LabelStudioClient, LabelStudioEr
 from pipelines.labeling.spec import LabelingSpec
 from pipelines.lib.errors import ConfigurationError
 from pipelines.lib.landing_zone import LandingZone, changed_files
+from pipelines.settings import secret
 
 OUTBOX, INBOX = "outbox/", "inbox/"
 PULLED = "label-studio"  # the inbox file a Label Studio delivery lands: inbox/<day>/label-studio.*
@@ -113,6 +114,7 @@ class LabelStudioExchange(LabelExchange):
     """A Label Studio server: one project per task, tasks and annotations through its API."""
 
     url: str = Field(description="Label Studio's base URL, e.g. http://127.0.0.1:8080")
+    # A `dg.EnvVar` in the definitions (pipelines/resources.py): the UI shows only its name.
     token: str = Field(description="A personal access token, or a legacy API token")
     project_title: str = Field(description="The project the task's batches go to")
     timeout_s: float = 30.0
@@ -121,11 +123,11 @@ class LabelStudioExchange(LabelExchange):
     store: LandingZone
 
     def client(self) -> LabelStudioClient:
-        return LabelStudioClient(self.url, self.token, self.timeout_s, self.retries)
+        return LabelStudioClient(self.url, secret(self.token), self.timeout_s, self.retries)
 
     def check(self, timeout_s: float = 5.0) -> None:
         try:
-            LabelStudioClient(self.url, self.token, timeout_s, retries=0).get(
+            LabelStudioClient(self.url, secret(self.token), timeout_s, retries=0).get(
                 "/api/projects", page_size=1
             )
         except LabelStudioError as e:

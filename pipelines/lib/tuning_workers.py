@@ -6,6 +6,10 @@ whose heartbeats fail and retry the trial of a worker that was killed. A pod has
 image, its settings (the `flywheel-env` ConfigMap and `flywheel-secrets` Secret) and the spec
 in `FLYWHEEL_TUNING_SPEC`: it fetches the dataset version named by its DVC hash from the remote
 and builds the same datamodule the step built (`python -m pipelines.tuning_pod`).
+
+The Job's spec holds no secret, since whoever may read Jobs would read it: the study's storage
+(an RDB URL with its password) is left out of the worker spec, and each pod takes it from the
+Secret's `FLYWHEEL_OPTUNA_STORAGE` key.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import PrivateAttr
 
-from pipelines.lib.errors import ConfigurationError
+from pipelines.lib.errors import ConfigurationError, redact
+from pipelines.settings import OPTUNA_STORAGE
 
 if TYPE_CHECKING:  # torch and Lightning load in the training step only
     from kubernetes import client as k8s
@@ -125,6 +130,10 @@ class KubernetesTuningWorkers(TuningWorkers):
         return KubernetesJobLauncher(self, self.image or self._run_image, dataset, run_id)
 
 
+# The image's own user (deploy/Dockerfile), not root.
+IMAGE_USER = 10001
+
+
 def worker_job(
     workers: KubernetesTuningWorkers, image: str, run_id: str, spec: str, count: int
 ) -> k8s.V1Job:
@@ -155,6 +164,16 @@ def worker_job(
         env=[
             k8s.V1EnvVar(name=SPEC_VARIABLE, value=spec),
             k8s.V1EnvVar(name="FLYWHEEL_DATASET_CACHE", value=f"{SCRATCH}/datasets"),
+            # Named, not only among the Secret's variables: a Secret without it keeps the pod
+            # from starting (CreateContainerConfigError), which fails the step at once.
+            k8s.V1EnvVar(
+                name=OPTUNA_STORAGE.name,
+                value_from=k8s.V1EnvVarSource(
+                    secret_key_ref=k8s.V1SecretKeySelector(
+                        name=workers.env_secret, key=OPTUNA_STORAGE.name
+                    )
+                ),
+            ),
         ],
         env_from=[
             k8s.V1EnvFromSource(
@@ -166,10 +185,21 @@ def worker_job(
             requests={"cpu": workers.cpu, "memory": workers.memory}, limits=limits
         ),
         volume_mounts=[k8s.V1VolumeMount(name="scratch", mount_path=SCRATCH)],
+        # Kubernetes' `restricted` Pod Security Standard, as the run pods (deploy/helm).
+        security_context=k8s.V1SecurityContext(
+            allow_privilege_escalation=False,
+            capabilities=k8s.V1Capabilities(drop=["ALL"]),
+        ),
     )
     pod = k8s.V1PodSpec(
         containers=[container],
         restart_policy="Never",
+        security_context=k8s.V1PodSecurityContext(
+            run_as_non_root=True,
+            run_as_user=IMAGE_USER,
+            run_as_group=IMAGE_USER,
+            seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+        ),
         service_account_name=workers.service_account,
         node_selector=node_selector,
         tolerations=tolerations,
@@ -226,8 +256,9 @@ class KubernetesJobLauncher:
                 "the tuning workers' image is unknown: the run names no container image; set "
                 "FLYWHEEL_TUNING_IMAGE"
             )
+        study = self._without_storage(spec)
         self.connect()
-        payload = json.dumps({"study": spec, "dataset": asdict(self.dataset)})
+        payload = json.dumps({"study": study, "dataset": asdict(self.dataset)})
         job = worker_job(self.workers, self.image, self.run_id, payload, workers)
         namespace = self.workers.namespace
         name = self.batch.create_namespaced_job(namespace, job).metadata.name
@@ -241,6 +272,23 @@ class KubernetesJobLauncher:
             if not finished:
                 # Interrupted, or pods that cannot start: no worker outlives the step.
                 self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")
+
+    def _without_storage(self, spec: dict[str, object]) -> dict[str, object]:
+        """The worker spec without the study's storage, which each pod reads from the Secret.
+
+        That is the step's own `FLYWHEEL_OPTUNA_STORAGE` (the `tuning_storage` resource's); a
+        study kept elsewhere (the resource's config overridden in a run) would leave the pods
+        on another study, so it is refused, its URL redacted.
+        """
+        tune = dict(spec.get("tune") or {})
+        storage = tune.pop("storage", None)
+        if storage is not None and storage != OPTUNA_STORAGE.get():
+            raise ConfigurationError(
+                f"the tuning worker pods open the study storage of {OPTUNA_STORAGE.name} in "
+                f"Secret {self.workers.env_secret}; this study is in {redact(str(storage))}: "
+                f"set {OPTUNA_STORAGE.name} to its RDB URL, there and in the run's environment"
+            )
+        return {**spec, "tune": tune} if "tune" in spec else dict(spec)
 
     def _finished(self, name: str) -> bool:
         status = self.batch.read_namespaced_job_status(name, self.workers.namespace).status

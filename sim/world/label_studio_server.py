@@ -9,6 +9,9 @@ The token is a legacy API token, which Label Studio 1.23 refuses unless legacy t
 the server is started with `--enable-legacy-api-token`, Label Studio's own switch for it. A
 production server can keep them off and give the pipeline a personal access token instead
 (FLYWHEEL_LABEL_STUDIO_TOKEN takes either; see pipelines/labeling/label_studio_api.py).
+
+The admin's password and the token reach the server in its environment, not on its command
+line, which every user of the machine can read (`ps`).
 """
 
 from __future__ import annotations
@@ -150,8 +153,12 @@ class LocalLabelStudio:
                     f"something else already answers on {self.url}: stop it or pick another port"
                 )
             self.data.mkdir(parents=True, exist_ok=True)
-            command = self.command(creds)
-            env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(self.data)}
+            command = self.command()
+            env = {
+                **os.environ,
+                **self.admin_environment(creds),
+                "LABEL_STUDIO_BASE_DATA_DIR": str(self.data),
+            }
             with self.log.open("ab") as out:
                 process = subprocess.Popen(
                     command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -160,18 +167,26 @@ class LocalLabelStudio:
         self._wait(creds, timeout_s)
         return creds
 
-    def command(self, creds: Credentials) -> list[str]:
-        """The `label-studio start` command line. The credentials are given as `--name=value`:
-        a generated password may begin with "-", which argparse takes for an option after a
-        separate `--password` (it did: the server printed its usage and exited)."""
+    def command(self) -> list[str]:
+        """The `label-studio start` command line: no credential, see `admin_environment`."""
         return [
             str(self.executable), "start", "--no-browser",
             "--internal-host", "127.0.0.1", "--port", str(self.port),
-            "--data-dir", str(self.data),
-            f"--username={creds.username}", f"--password={creds.password}",
-            f"--user-token={creds.token}", "--enable-legacy-api-token",
+            "--data-dir", str(self.data), "--enable-legacy-api-token",
             "--log-level", "WARNING",
         ]  # fmt: skip
+
+    @staticmethod
+    def admin_environment(creds: Credentials) -> dict[str, str]:
+        """The admin and token, where `label-studio start` reads them when no option gives them
+        (its `get_env`: `LABEL_STUDIO_<NAME>`) and creates the admin with that token. Unlike
+        options, variables are read by their owner (and root) alone, and a password beginning
+        with "-" cannot be taken for an option."""
+        return {
+            "LABEL_STUDIO_USERNAME": creds.username,
+            "LABEL_STUDIO_PASSWORD": creds.password,
+            "LABEL_STUDIO_USER_TOKEN": creds.token,
+        }
 
     def _wait(self, creds: Credentials, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

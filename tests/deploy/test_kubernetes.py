@@ -18,6 +18,7 @@ from pathlib import Path
 import dagster_k8s.launcher
 import jsonschema
 import kubernetes.client as k8s
+import kubernetes_validate
 import pytest
 import yaml
 from dagster._config import process_config
@@ -34,6 +35,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from deploy.stack.stack import Stack
+from tests.deploy import pod_security
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -42,7 +44,7 @@ HELM = DEPLOY / "helm"
 INSTANCE_ENV = {
     "DAGSTER_PG_HOST": "flywheel.cluster-example.us-east-1.rds.amazonaws.com",
     "DAGSTER_PG_PORT": "5432",
-    "DAGSTER_PG_USER": "flywheel",
+    "DAGSTER_PG_USER": "dagster",
     "DAGSTER_PG_PASSWORD": "not-a-password",
     "DAGSTER_PG_DB": "dagster",
     "DAGSTER_K8S_NAMESPACE": "flywheel",
@@ -135,21 +137,63 @@ def test_prod_instance_queues_monitors_and_retries_as_the_stack(prod: dict, tmp_
 
 
 @pytest.fixture(scope="module")
-def run_tags(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
-    """Each job's run tags, from the code location as the image loads it: `prod`, with the
-    settings of deploy/helm/flywheel-env.yaml."""
+def helm_defs(tmp_path_factory: pytest.TempPathFactory):
+    """The code location as the image loads it: `prod`, with the settings of
+    deploy/helm/flywheel-env.yaml."""
     from pipelines.definitions import build_definitions
 
     with pytest.MonkeyPatch.context() as env:
         for name, value in load_yaml(HELM / "flywheel-env.yaml")["data"].items():
             env.setenv(name, value)
         env.setenv("FLYWHEEL_HOME", str(tmp_path_factory.mktemp("home")))
-        defs = build_definitions()
-    return {job: dict(defs.resolve_job_def(job).tags) for job in ("retraining_job", "dataset_job")}
+        return build_definitions()
+
+
+@pytest.fixture(scope="module")
+def run_tags(helm_defs) -> dict[str, dict[str, str]]:
+    """Each job's run tags."""
+    jobs = ("retraining_job", "dataset_job")
+    return {job: dict(helm_defs.resolve_job_def(job).tags) for job in jobs}
+
+
+@pytest.fixture(scope="module")
+def step_tags(helm_defs) -> dict[str, dict[str, str]]:
+    """The retraining job's steps (op names) with their tags: what a step executor reads."""
+    job = helm_defs.resolve_job_def("retraining_job")
+    # As the execution plan hands them to the executor: a tag's value as a string.
+    return {
+        name: {k: v if isinstance(v, str) else json.dumps(v) for k, v in node.tags.items()}
+        for name, node in job.graph.node_dict.items()
+    }
+
+
+def step_job(launcher: K8sRunLauncher, tags: dict[str, str], step: str) -> k8s.V1Job:
+    """The Kubernetes Job dagster-k8s's step executor creates for `step` of a retraining run:
+    the run launcher's settings without the run's tags, then the step's own (as
+    `K8sStepHandler` merges them)."""
+    from dagster_k8s.container_context import K8sContainerContext
+
+    run = DagsterRun(job_name="retraining_job", run_id="0" * 32, tags={})
+    context = K8sContainerContext.create_for_run(run, launcher, include_run_tags=False)
+    context = context.merge(K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(tags)))
+    return construct_dagster_k8s_job(
+        job_config=context.get_k8s_job_config("registry.example.com/flywheel:0.1.0", launcher),
+        args=["dagster", "api", "execute_step", "{}"],
+        job_name=f"dagster-step-{step.replace('_', '-')}",
+        pod_name=f"dagster-step-{step.replace('_', '-')}",
+        component="step_worker",
+        user_defined_k8s_config=context.run_k8s_config,
+        labels={"dagster/op": step},
+    )
 
 
 def run_pod(launcher: K8sRunLauncher, job: str, tags: dict[str, str]) -> k8s.V1PodSpec:
     """The pod spec of the Kubernetes Job the launcher would create for a run with `tags`."""
+    return run_job(launcher, job, tags).spec.template.spec
+
+
+def run_job(launcher: K8sRunLauncher, job: str, tags: dict[str, str]) -> k8s.V1Job:
+    """The Kubernetes Job the launcher would create for a run of `job` with `tags`."""
     run = DagsterRun(job_name=job, run_id="0" * 32, tags=tags)
     context = launcher.get_container_context_for_run(run)
     return construct_dagster_k8s_job(
@@ -159,11 +203,13 @@ def run_pod(launcher: K8sRunLauncher, job: str, tags: dict[str, str]) -> k8s.V1P
         pod_name="dagster-run-0",
         component="run_worker",
         user_defined_k8s_config=context.run_k8s_config,
-    ).spec.template.spec
+    )
 
 
 def test_gpu_tag_parses_with_dagster_k8s(run_tags):
-    config = get_user_defined_k8s_config(run_tags["retraining_job"])
+    from pipelines.defs.training.assets import GPU_TAGS
+
+    config = get_user_defined_k8s_config({k: json.dumps(v) for k, v in GPU_TAGS.items()})
     assert config.container_config["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert config.pod_spec_config["node_selector"] == {"nvidia.com/gpu.present": "true"}
     toleration = k8s_model_from_dict(k8s.V1Toleration, config.pod_spec_config["tolerations"][0])
@@ -175,8 +221,23 @@ def test_gpu_tag_parses_with_dagster_k8s(run_tags):
     assert run_tags["retraining_job"]["flywheel/gpu"] == "1"
 
 
-def test_retraining_pod_asks_for_a_gpu_on_a_gpu_node(launcher, run_tags):
-    pod = run_pod(launcher, "retraining_job", run_tags["retraining_job"])
+def limits(pod: k8s.V1PodSpec) -> dict[str, str]:
+    return pod.containers[0].resources.limits or {}
+
+
+def test_on_step_pods_the_training_step_alone_gets_a_gpu(helm_defs, launcher, run_tags, step_tags):
+    # Each step of a retraining its own pod: the run's pod only orchestrates, on a CPU node.
+    assert helm_defs.resolve_job_def("retraining_job").executor_def.name == "k8s_steps"
+    run = run_pod(launcher, "retraining_job", run_tags["retraining_job"])
+    assert "nvidia.com/gpu" not in run.containers[0].resources.limits
+    assert not run.node_selector and not run.tolerations
+    steps = {
+        name: step_job(launcher, tags, name).spec.template.spec for name, tags in step_tags.items()
+    }
+    gpus = [name for name, pod in steps.items() if "nvidia.com/gpu" in limits(pod)]
+    assert gpus == ["flights__challenger_model"]
+    assert len(steps) >= 4  # the mart's dbt build, the dataset, training, evaluation, the gate
+    pod = steps["flights__challenger_model"]
     container = pod.containers[0]
     assert container.resources.limits == {"memory": "8Gi", "nvidia.com/gpu": "1"}
     assert container.resources.requests == {"cpu": "1", "memory": "4Gi"}
@@ -187,6 +248,9 @@ def test_retraining_pod_asks_for_a_gpu_on_a_gpu_node(launcher, run_tags):
     assert pod.security_context.run_as_non_root
     sources = [s.config_map_ref or s.secret_ref for s in container.env_from]
     assert [s.name for s in sources] == ["flywheel-env", "flywheel-secrets"]
+    for name, other in steps.items():
+        if name != "flights__challenger_model":
+            assert not other.node_selector and not other.tolerations, name
     other = run_pod(launcher, "dataset_job", run_tags["dataset_job"])
     assert "nvidia.com/gpu" not in other.containers[0].resources.limits
     assert not other.node_selector and not other.tolerations
@@ -451,3 +515,85 @@ def test_every_stack_setting_has_a_place_on_kubernetes(tmp_path: Path):
     image_env = " ".join(arguments(dockerfile_stages()[-1], "ENV"))
     for name in ("FLYWHEEL_ENV", "FLYWHEEL_HOME", "FLYWHEEL_DVC_REPO"):
         assert f"{name}=" in image_env
+
+
+# (d) every object the project makes, against the Kubernetes API's schemas and the `restricted`
+# Pod Security Standard
+
+# The Kubernetes release whose API schemas the objects are validated against (kubernetes-validate
+# ships them; its newest).
+KUBERNETES = kubernetes_validate.latest_version()
+
+
+def api_dict(model) -> dict:
+    """A kubernetes-client model as the API takes it (camelCase, no unset fields)."""
+    return k8s.ApiClient().sanitize_for_serialization(model)
+
+
+def code_server_pod() -> dict:
+    """The code server's pod as the chart renders it from the values: their security settings
+    on the chart's container."""
+    (deployment,) = load_yaml(HELM / "values.yaml")["dagster-user-deployments"]["deployments"]
+    container = {
+        "name": deployment["name"],
+        "image": f"{deployment['image']['repository']}:{deployment['image']['tag']}",
+        "securityContext": deployment["securityContext"],
+        "resources": deployment["resources"],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "flywheel-code-server"},
+        "spec": {"securityContext": deployment["podSecurityContext"], "containers": [container]},
+    }
+
+
+@pytest.fixture
+def rendered(launcher, run_tags, step_tags) -> dict[str, dict]:
+    """Every Kubernetes object the project renders, by what it is."""
+    from pipelines.lib.tuning_workers import KubernetesTuningWorkers, worker_job
+
+    image = "registry.example.com/flywheel:0.1.0"
+    steps = {
+        f"retraining step {name}": api_dict(step_job(launcher, tags, name))
+        for name, tags in step_tags.items()
+    }
+    return {
+        **steps,
+        "retraining run": api_dict(run_job(launcher, "retraining_job", run_tags["retraining_job"])),
+        "dataset run": api_dict(run_job(launcher, "dataset_job", run_tags["dataset_job"])),
+        "tuning workers": api_dict(
+            worker_job(KubernetesTuningWorkers(gpus=1), image, "run-1", "{}", 2)
+        ),
+        "code server": code_server_pod(),
+    }
+
+
+def pod_spec(obj: dict) -> dict:
+    return obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else obj["spec"]
+
+
+def test_every_rendered_object_is_valid_for_the_kubernetes_api_and_restricted(rendered):
+    for what, obj in rendered.items():
+        # strict: a field the API does not know is an error, not silently dropped
+        kubernetes_validate.validate(obj, KUBERNETES, strict=True)
+        assert pod_security.violations(pod_spec(obj)) == [], what
+    step = "retraining step flights__challenger_model"
+    training = pod_spec(rendered[step])["containers"][0]["resources"]["limits"]
+    assert training["nvidia.com/gpu"] == "1"
+
+
+def test_the_checks_catch_a_broken_object(rendered):
+    job = copy.deepcopy(rendered["tuning workers"])
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limitz"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, KUBERNETES, strict=True)
+    pod = copy.deepcopy(pod_spec(rendered["code server"]))
+    del pod["securityContext"]["seccompProfile"]
+    pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+    pod["volumes"] = [{"name": "host", "hostPath": {"path": "/"}}]
+    assert pod_security.violations(pod) == [
+        "volume 'host' is of a restricted type: ['hostPath']",
+        "container 'flywheel' does not set allowPrivilegeEscalation: false",
+        "container 'flywheel' has no seccompProfile RuntimeDefault or Localhost",
+    ]

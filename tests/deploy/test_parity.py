@@ -193,6 +193,16 @@ def stack_played(home: Path, task_file: Path) -> Iterator[dict]:
                 " ".join(child.cmdline())
                 for child in psutil.Process(supervisor.pid("mlflow")).children(True)
             ]
+            # Every secret of the stack looked for wherever the stack could show it, with one
+            # leak planted: a process whose command line holds the warehouse's password.
+            sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+            planted = subprocess.Popen([*sleeper, env["FLYWHEEL_WAREHOUSE_PASSWORD"]])
+            try:
+                out = python("tests.deploy.stack_secret_scan", [str(home)], env, 600)
+                scan = json.loads(out.splitlines()[-1])
+            finally:
+                planted.kill()
+                planted.wait()
             # Every process of the stack killed at once, as by a power cut, then `up` again:
             # the same state (runs in Postgres, objects in the store, sensor cursors), every
             # object, dataset version and model version still there and readable.
@@ -204,6 +214,7 @@ def stack_played(home: Path, task_file: Path) -> Iterator[dict]:
                 "services": sorted(services),
                 "beside_mlflow": beside_mlflow,
                 "killed": killed,
+                "secret_scan": {**scan, "planted_pid": planted.pid},
                 "stores": stores,
                 "stores_after_crash": inventory(env, home / "after"),
                 "after_restart": summary(env),
@@ -267,3 +278,15 @@ def test_a_stack_killed_at_once_and_started_again_keeps_the_loop_and_every_objec
     assert {k: after[k] for k in ("runs", "datasets", "decisions")} == {
         k: through_the_daemon[k] for k in ("runs", "datasets", "decisions")
     }
+
+
+def test_no_secret_of_the_stack_is_in_sight_but_the_planted_leak(through_the_daemon: dict):
+    scan = through_the_daemon["secret_scan"]
+    # What was searched: the stack's secrets, every run of the loop and its compute logs.
+    assert {"DAGSTER_PG_PASSWORD", "FLYWHEEL_WAREHOUSE_PASSWORD", "FLYWHEEL_OPTUNA_STORAGE"} <= set(
+        scan["secrets"]
+    )
+    assert "AWS_SECRET_ACCESS_KEY" in scan["secrets"]
+    assert scan["runs"] == len(through_the_daemon["runs"]) and scan["compute_log_files"] > 10
+    pid = scan["planted_pid"]
+    assert scan["hits"] == [f"process {pid} (python) command line: FLYWHEEL_WAREHOUSE_PASSWORD"]

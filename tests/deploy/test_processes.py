@@ -19,7 +19,8 @@ import pytest
 
 from deploy.stack import postgres
 from deploy.stack.processes import StackError, free_port, free_ports
-from deploy.stack.stack import PORTS, Stack, code_server_ready
+from deploy.stack.readiness import code_server_ready
+from deploy.stack.stack import PORTS, Stack
 from deploy.stack.supervisor import START_RETRIES, Service, Supervisor
 
 

@@ -24,7 +24,7 @@ from pipelines.lib.errors import ConfigurationError, redact
 from pipelines.lib.tracking import tracker_resource, tuning_storage
 from pipelines.models_cli import main as models_main
 from pipelines.preflight import check_settings, main, require_settings
-from pipelines.resources import dataset_store, label_store, landing_zone
+from pipelines.resources import dataset_store, label_store, landing_zone, warehouse
 from tests.conftest import S3Env
 
 pytestmark = pytest.mark.timeout(15)
@@ -273,6 +273,17 @@ def test_a_wrong_warehouse_database_is_named(prod, monkeypatch):
     assert warehouse.problem is not None
     assert warehouse.problem.startswith("warehouse PostgreSQL (FLYWHEEL_WAREHOUSE_DATABASE):")
     assert "no_such_database" in warehouse.problem
+
+
+def test_a_secret_read_where_a_resource_is_used_as_built_is_named_when_unset(prod, monkeypatch):
+    """The definitions give the password as its variable (`dg.EnvVar`); a warehouse used as
+    built, outside a run (the preflight, the simulator), reads it then, and names it unset."""
+    store = warehouse("prod")
+    assert store.check(5)  # it connects with the variable's value
+    monkeypatch.delenv("FLYWHEEL_WAREHOUSE_PASSWORD")
+    unset = "needs environment variable FLYWHEEL_WAREHOUSE_PASSWORD"
+    with pytest.raises(ConfigurationError, match=unset):
+        store.check(5)
 
 
 def test_preflight_passes_when_every_service_answers(prod, capsys):

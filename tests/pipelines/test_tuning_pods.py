@@ -59,17 +59,27 @@ MISSING_IMAGE = "registry.example/flywheel:no-such-tag"
 
 
 class Pod:
-    """A pod of the stand-in: one process."""
+    """A pod of the stand-in: one process, or none and why it cannot start."""
 
-    def __init__(self, name: str, index: int, process: subprocess.Popen | None, log: Path):
+    def __init__(
+        self,
+        name: str,
+        index: int,
+        process: subprocess.Popen | None,
+        log: Path,
+        waiting: tuple[str, str] = ("ImagePullBackOff", "not found"),
+    ):
         self.name, self.index, self.process, self.log = name, index, process, log
+        self.waiting = waiting
 
 
 class ProcessCluster:
     """The BatchV1Api and CoreV1Api calls the launcher makes, with pods as local processes.
 
     The image is this checkout and its environment. An emptyDir volume is a folder of the pod's
-    own: its mount path is replaced by that folder in the container's environment. A pod killed
+    own: its mount path is replaced by that folder in the container's environment. A variable
+    taken from a key of a Secret that lacks it keeps the pod from starting, as on a cluster
+    (CreateContainerConfigError). A pod killed
     by a signal ends with 128 + the signal, as a container does. The Job is Complete when every
     pod exited 0, Failed when all ended and one did not (`backoffLimitPerIndex: 0`: a failed
     index is not run again).
@@ -103,17 +113,28 @@ class ProcessCluster:
                     env |= self.config_maps[source.config_map_ref.name]
                 if source.secret_ref is not None:
                     env |= self.secrets[source.secret_ref.name]
+            missing = []
             for variable in container.env:
-                env[variable.name] = variable.value.replace(SCRATCH, str(folder / "scratch"))
+                if variable.value_from is not None:
+                    ref = variable.value_from.secret_key_ref
+                    if ref.key not in self.secrets.get(ref.name, {}):
+                        missing.append(f"couldn't find key {ref.key} in Secret {ref.name}")
+                        continue
+                    env[variable.name] = self.secrets[ref.name][ref.key]
+                else:
+                    env[variable.name] = variable.value.replace(SCRATCH, str(folder / "scratch"))
             env[INDEX_VARIABLE] = str(index)
             log = folder / "log"
             process = None
-            if container.image != MISSING_IMAGE:
+            if container.image != MISSING_IMAGE and not missing:
                 with log.open("w") as out:
                     process = subprocess.Popen(
                         container.command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
                     )
-            pods.append(Pod(f"{name}-{index}-{secrets.token_hex(2)}", index, process, log))
+            pod = Pod(f"{name}-{index}-{secrets.token_hex(2)}", index, process, log)
+            if missing and container.image != MISSING_IMAGE:  # the image is pulled first
+                pod.waiting = ("CreateContainerConfigError", missing[0])
+            pods.append(pod)
         self.jobs[name] = pods
         return k8s.V1Job(metadata=k8s.V1ObjectMeta(name=name))
 
@@ -138,8 +159,9 @@ class ProcessCluster:
         return k8s.V1PodList(items=[self._pod(p) for p in self.jobs[name]])
 
     def _pod(self, pod: Pod) -> k8s.V1Pod:
+        reason, message = pod.waiting
         state = k8s.V1ContainerState(
-            waiting=k8s.V1ContainerStateWaiting(reason="ImagePullBackOff", message="not found")
+            waiting=k8s.V1ContainerStateWaiting(reason=reason, message=message)
         )
         phase = "Pending"
         if pod.process is not None:
@@ -185,6 +207,10 @@ def test_the_job_runs_one_indexed_pod_per_worker_with_the_deployments_settings()
         {"secretRef": {"name": "flywheel-secrets"}},
     ]
     assert {"name": "FLYWHEEL_TUNING_SPEC", "value": '{"study": {}}'} in container["env"]
+    # The study's storage (its URL holds the database's password) from the Secret, by name.
+    reference = {"name": "flywheel-secrets", "key": "FLYWHEEL_OPTUNA_STORAGE"}
+    storage = {"name": "FLYWHEEL_OPTUNA_STORAGE", "valueFrom": {"secretKeyRef": reference}}
+    assert storage in container["env"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert manifest["metadata"]["labels"]["dagster/run-id"] == "run-1"
@@ -209,9 +235,11 @@ def pushed_dataset(
 
 
 def test_worker_pods_fetch_the_dataset_by_hash_and_a_killed_pod_loses_nothing(
-    tmp_path: Path, pushed_dataset: tuple[str, Path], study_config
+    tmp_path: Path, pushed_dataset: tuple[str, Path], study_config, monkeypatch
 ):
     dvc_hash, remote = pushed_dataset
+    # The step's own storage setting; the pods get the same from the Secret, not from the Job.
+    monkeypatch.setenv("FLYWHEEL_OPTUNA_STORAGE", study_config.storage)
     # What the ConfigMap and Secret hold on a cluster; the remote is a folder here, S3 there.
     settings = {
         "FLYWHEEL_ENV": "local",
@@ -220,7 +248,9 @@ def test_worker_pods_fetch_the_dataset_by_hash_and_a_killed_pod_loses_nothing(
     }
     (remote.parent / "dvc-remote").symlink_to(remote)
     cluster = ProcessCluster(
-        tmp_path / "pods", {"flywheel-env": settings}, {"flywheel-secrets": {}}
+        tmp_path / "pods",
+        {"flywheel-env": settings},
+        {"flywheel-secrets": {"FLYWHEEL_OPTUNA_STORAGE": study_config.storage}},
     )
     workers = KubernetesTuningWorkers(namespace="flywheel", poll_s=0.5)
     launcher = KubernetesJobLauncher(
@@ -276,9 +306,46 @@ def test_pods_that_cannot_start_fail_the_step_and_the_job_is_deleted(tmp_path: P
     assert_granted(cluster.calls)
 
 
+def test_a_secret_without_the_study_storage_fails_the_step_naming_the_key(tmp_path: Path):
+    cluster = ProcessCluster(tmp_path / "pods", {"flywheel-env": {}}, {"flywheel-secrets": {}})
+    launcher = KubernetesJobLauncher(
+        KubernetesTuningWorkers(poll_s=0.1),
+        IMAGE,
+        DatasetRef("flights", "0" * 32 + ".dir", 0),
+        "run-1",
+        cluster,
+        cluster,
+    )
+    with pytest.raises(
+        ConfigurationError,
+        match="CreateContainerConfigError: couldn't find key FLYWHEEL_OPTUNA_STORAGE in Secret",
+    ):
+        launcher.run({}, None, 2)
+    assert cluster.deleted == list(cluster.jobs)
+
+
+def test_a_study_outside_the_secrets_storage_is_refused_without_its_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("FLYWHEEL_OPTUNA_STORAGE", "postgresql://flywheel:pw@db.example/optuna")
+    cluster = ProcessCluster(tmp_path / "pods", {}, {})
+    launcher = KubernetesJobLauncher(
+        KubernetesTuningWorkers(), IMAGE, DatasetRef("flights", "0", 0), "run-1", cluster, cluster
+    )
+    elsewhere = {"tune": {"storage": "postgresql://flywheel:s3cret@other.example/optuna"}}
+    with pytest.raises(ConfigurationError, match="FLYWHEEL_OPTUNA_STORAGE") as refused:
+        launcher.run(elsewhere, None, 2)
+    assert "s3cret" not in str(refused.value) and "flywheel:***@other.example" in str(refused.value)
+    assert cluster.jobs == {}
+
+
 def test_a_pod_that_fails_is_reported_with_its_log(tmp_path: Path):
     # A spec the worker cannot read: the pod exits with an error and its log's end is shown.
-    cluster = ProcessCluster(tmp_path / "pods", {"flywheel-env": {}}, {"flywheel-secrets": {}})
+    cluster = ProcessCluster(
+        tmp_path / "pods",
+        {"flywheel-env": {}},
+        {"flywheel-secrets": {"FLYWHEEL_OPTUNA_STORAGE": "sqlite:///unused.db"}},
+    )
     launcher = KubernetesJobLauncher(
         KubernetesTuningWorkers(poll_s=0.2),
         IMAGE,

@@ -1,8 +1,9 @@
-"""Starting the local Label Studio: its command line and a server that exits at once."""
+"""Starting the local Label Studio: how its credentials reach it, and a server that exits at
+once."""
 
 from __future__ import annotations
 
-import argparse
+import json
 import time
 from pathlib import Path
 
@@ -16,31 +17,49 @@ from sim.world.label_studio_server import (
 )
 
 
-def test_a_password_beginning_with_a_dash_reaches_label_studio_as_the_password(tmp_path):
-    studio = LocalLabelStudio(tmp_path, port=18124)
-    creds = Credentials(studio.url, "admin@flywheel.local", "-Zx4_q", "ab" * 20)
-    # `label-studio start` declares these options as argparse options of one argument each.
-    parser = argparse.ArgumentParser(exit_on_error=False)
-    for option in ("--username", "--password", "--user-token"):
-        parser.add_argument(option)
-    parsed, _ = parser.parse_known_args(studio.command(creds)[2:])
-    assert (parsed.username, parsed.password, parsed.user_token) == (
-        creds.username,
-        "-Zx4_q",
-        creds.token,
+def fake_label_studio(venv: Path, script: str) -> None:
+    """A `label-studio` executable in `venv`, marked installed, that runs `script` (sh)."""
+    (venv / "bin").mkdir(parents=True)
+    (venv / f".installed-{VERSION}").touch()
+    executable = venv / "bin" / "label-studio"
+    executable.write_text(f"#!/bin/sh\n{script}\n")
+    executable.chmod(0o755)
+
+
+def test_the_credentials_reach_label_studio_in_its_environment_not_its_command_line(
+    tmp_path: Path,
+):
+    # What the server was started with, written down by a stand-in that then exits.
+    seen = tmp_path / "seen"
+    fake_label_studio(
+        tmp_path / "venv",
+        f'printf "%s\\n" "$@" > {seen}.args\n'
+        f'printf "%s\\n" "$LABEL_STUDIO_USERNAME" "$LABEL_STUDIO_PASSWORD" '
+        f'"$LABEL_STUDIO_USER_TOKEN" > {seen}.env\nexit 2',
     )
-    # Given as two words, the same password is taken for an option (what broke a start).
-    with pytest.raises(argparse.ArgumentError, match="expected one argument"):
-        parser.parse_known_args(["--password", "-Zx4_q"])
+    studio = LocalLabelStudio(tmp_path / "home", port=18124, venv=tmp_path / "venv")
+    # A generated password may begin with "-" (given as an option's value, argparse took it for
+    # an option and the server exited): it arrives unchanged.
+    studio.home.mkdir()
+    creds = Credentials(studio.url, "admin@flywheel.local", "-Zx4_q", "ab" * 20)
+    studio.credentials_file.write_text(json.dumps(creds.__dict__))
+
+    with pytest.raises(LabelStudioServerError, match="exited while starting"):
+        studio.start(timeout_s=60)
+
+    args = Path(f"{seen}.args").read_text().splitlines()
+    assert args[0] == "start" and "--enable-legacy-api-token" in args
+    assert not [a for a in args if creds.password in a or creds.token in a]
+    assert Path(f"{seen}.env").read_text().splitlines() == [
+        creds.username,
+        creds.password,
+        creds.token,
+    ]
 
 
 def test_a_server_that_exits_while_starting_is_reported_at_once(tmp_path: Path):
     venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / f".installed-{VERSION}").touch()
-    executable = venv / "bin" / "label-studio"
-    executable.write_text("#!/bin/sh\necho 'label-studio start: error: bad arguments'\nexit 2\n")
-    executable.chmod(0o755)
+    fake_label_studio(venv, "echo 'label-studio start: error: bad arguments'\nexit 2")
     studio = LocalLabelStudio(tmp_path / "home", port=18125, venv=venv)
     started = time.monotonic()
     with pytest.raises(LabelStudioServerError, match=r"exited while starting(.|\n)*bad arguments"):

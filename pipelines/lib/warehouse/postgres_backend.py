@@ -23,6 +23,7 @@ from pipelines.lib.warehouse.postgres_types import (
     copy_text,
     placeholders,
 )
+from pipelines.settings import secret
 
 
 class _PostgresResult(Result):
@@ -126,6 +127,7 @@ class PostgresWarehouse(Warehouse):
     host: str
     port: int = 5432
     user: str
+    # A `dg.EnvVar` in the definitions (pipelines/resources.py): the UI shows only its name.
     password: str = ""
     database: str
     connect_timeout_s: int = 10
@@ -141,7 +143,7 @@ class PostgresWarehouse(Warehouse):
             host=self.host,
             port=self.port,
             user=self.user,
-            password=self.password,
+            password=secret(self.password),
             dbname=self.database,
             connect_timeout=max(1, int(timeout_s or self.connect_timeout_s)),
             application_name="flywheel",

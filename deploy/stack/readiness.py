@@ -1,0 +1,41 @@
+"""Whether the stack's Dagster processes are ready: the code server has loaded its code location,
+the daemon's loops have all beaten."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+
+from deploy.stack.processes import StackError
+
+
+def code_server_ready(port: int) -> bool:
+    """Whether the code server answers with its loaded code location; StackError with the
+    location's error if it could not load it."""
+    from dagster._api.list_repositories import sync_list_repositories_grpc
+    from dagster._core.errors import DagsterUserCodeProcessError, DagsterUserCodeUnreachableError
+    from dagster._grpc.client import DagsterGrpcClient
+
+    try:
+        sync_list_repositories_grpc(DagsterGrpcClient(port=port, host="127.0.0.1"))
+    except DagsterUserCodeUnreachableError:  # not listening yet: it is still loading
+        return False
+    except DagsterUserCodeProcessError as error:
+        raise StackError(f"the code location could not be loaded:\n{error}") from error
+    return True
+
+
+def daemon_ready(pid: int | None, dagster_home: Path) -> bool:
+    """Whether the daemon (process `pid`) has beaten in its sensor, schedule, run-queue and
+    monitoring loops since it started, on the instance of `dagster_home`."""
+    import dagster as dg
+
+    needed = {"SENSOR", "SCHEDULER", "QUEUED_RUN_COORDINATOR", "MONITORING"}
+    if pid is None:
+        return False
+    process = psutil.Process(pid)
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        beats = instance.get_daemon_heartbeats()
+    fresh = {kind for kind, beat in beats.items() if beat.timestamp >= process.create_time()}
+    return needed <= fresh
