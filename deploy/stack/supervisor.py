@@ -160,13 +160,9 @@ class Supervisor:
         for name in added + changed:
             proxy.addProcessGroup(name)
 
-    def leftovers(self) -> list[int]:
-        """Stop the services a supervisord that died left running (they hold the ports and the
-        data folders a new one would start them on); their pids. A service is a process that
-        supervisord started (its environment names this supervisord) whose parent it was not
-        (a run the daemon started inherits the same environment, from the daemon)."""
-        if self.alive():
-            return []
+    def processes(self) -> list:
+        """Every live process this supervisord started or one of those started: supervisord
+        names itself in each service's environment, which their children inherit."""
         import psutil
 
         url = f"unix://{self.socket}"
@@ -177,7 +173,19 @@ class Supervisor:
             except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
                 return False
 
-        found = [p for p in psutil.process_iter() if supervised(p) and not supervised(p.parent())]
+        return [process for process in psutil.process_iter() if supervised(process)]
+
+    def leftovers(self) -> list[int]:
+        """Stop the services a supervisord that died left running (they hold the ports and the
+        data folders a new one would start them on); their pids. A service is a process of
+        `processes` whose parent is not one (a run the daemon started is the daemon's)."""
+        if self.alive():
+            return []
+        import psutil
+
+        ours = self.processes()
+        pids = {process.pid for process in ours}
+        found = [process for process in ours if process.ppid() not in pids]
         for process in found:
             # Its group: a service's own children (a server's workers) go with it.
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -47,20 +47,14 @@ def stack(verb: str, home: Path) -> str:
 
 def crash(home: Path) -> int:
     """SIGKILL every process of the stack under `home` at once, as a power cut would end them:
-    supervisord, its services and whatever they started (found by the environment supervisord
-    gives each service). How many."""
+    supervisord, its services and whatever they started. How many."""
     import psutil
 
-    url = f"unix://{home / 'stack' / 'supervisor' / 'supervisord.sock'}"
+    from deploy.stack.stack import Stack
 
-    def of_stack(process: psutil.Process) -> bool:
-        try:
-            return process.environ().get("SUPERVISOR_SERVER_URL") == url
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
-            return False
-
-    supervisord = int((home / "stack" / "supervisor" / "supervisord.pid").read_text())
-    found = [psutil.Process(supervisord), *filter(of_stack, psutil.process_iter())]
+    supervisor = Stack.of_home(home).supervisor
+    supervisord = int((supervisor.folder / "supervisord.pid").read_text())
+    found = [psutil.Process(supervisord), *supervisor.processes()]
     for process in found:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()

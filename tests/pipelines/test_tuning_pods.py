@@ -288,16 +288,16 @@ def test_worker_pods_fetch_the_dataset_by_hash_and_a_killed_pod_loses_nothing(
     assert cluster.deleted == []  # the Job ended by itself; its TTL removes it
 
 
+def launcher_on(cluster: ProcessCluster, image: str, poll_s: float = 0.1) -> KubernetesJobLauncher:
+    """A launcher of workers from `image` on `cluster`, for a dataset no pod gets to fetch."""
+    workers = KubernetesTuningWorkers(poll_s=poll_s)
+    dataset = DatasetRef("flights", "0" * 32 + ".dir", 0)
+    return KubernetesJobLauncher(workers, image, dataset, "run-1", cluster, cluster)
+
+
 def test_pods_that_cannot_start_fail_the_step_and_the_job_is_deleted(tmp_path: Path):
     cluster = ProcessCluster(tmp_path / "pods", {"flywheel-env": {}}, {"flywheel-secrets": {}})
-    launcher = KubernetesJobLauncher(
-        KubernetesTuningWorkers(poll_s=0.1),
-        MISSING_IMAGE,
-        DatasetRef("flights", "0" * 32 + ".dir", 0),
-        "run-1",
-        cluster,
-        cluster,
-    )
+    launcher = launcher_on(cluster, MISSING_IMAGE)
     started = time.monotonic()
     with pytest.raises(ConfigurationError, match=r"cannot start: ImagePullBackOff.*no-such-tag"):
         launcher.run({}, None, 2)
@@ -308,14 +308,7 @@ def test_pods_that_cannot_start_fail_the_step_and_the_job_is_deleted(tmp_path: P
 
 def test_a_secret_without_the_study_storage_fails_the_step_naming_the_key(tmp_path: Path):
     cluster = ProcessCluster(tmp_path / "pods", {"flywheel-env": {}}, {"flywheel-secrets": {}})
-    launcher = KubernetesJobLauncher(
-        KubernetesTuningWorkers(poll_s=0.1),
-        IMAGE,
-        DatasetRef("flights", "0" * 32 + ".dir", 0),
-        "run-1",
-        cluster,
-        cluster,
-    )
+    launcher = launcher_on(cluster, IMAGE)
     with pytest.raises(
         ConfigurationError,
         match="CreateContainerConfigError: couldn't find key FLYWHEEL_OPTUNA_STORAGE in Secret",
