@@ -28,6 +28,9 @@ PORTS = (
 # fill. SeaweedFS's default (30 GB each) suits a cluster, not a stack on one disk.
 VOLUME_MB = 256
 PROBE = ".flywheel-write-probe"
+# Seconds the store gets to stop: the volume server's wait (`-volume.preStopSeconds`) and the
+# filer's wait for its clients' streams, then SIGKILL for the rest.
+STOP_WAIT_S = 20
 
 
 def binary() -> Path:
@@ -55,6 +58,9 @@ def command(data: Path, logs: Path, identities: Path, ports: Mapping[str, int]) 
         # election timeout after every start (a restart, too) before the gateway took a write.
         *["-master.peers=none", f"-master.volumeSizeLimitMB={VOLUME_MB}"],
         *[f"-volume.port={ports['s3_volume']}", f"-volume.port.grpc={ports['s3_volume_grpc']}"],
+        # On stop, the volume server tells the master and waits for writes to go elsewhere:
+        # there is no elsewhere on one machine.
+        "-volume.preStopSeconds=1",
         *["-filer", f"-filer.port={ports['s3_filer']}"],
         f"-filer.port.grpc={ports['s3_filer_grpc']}",
         f"-filer.localSocket={data / 'filer.sock'}",

@@ -221,6 +221,11 @@ class Stack:
                 "s3",
                 s3.command(self.objects, self.supervisor.logs / "s3", self.identities, ports),
                 lambda: s3.ready(env["FLYWHEEL_S3_ENDPOINT_URL"]),
+                # Its parts stop one after the other, the filer after its clients' streams time
+                # out, and the master and the gateway then keep retrying them: what is left to
+                # stop holds nothing unwritten (an object is on disk when acknowledged), so it
+                # is killed.
+                stop_wait_s=s3.STOP_WAIT_S,
             ),
             "mlflow": Service(
                 "mlflow",

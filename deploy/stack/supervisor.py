@@ -35,7 +35,8 @@ class Service:
     """One process of the stack: its command, environment additions and readiness check.
 
     `stop_signal`: how the service is asked to stop (PostgreSQL stops fast on SIGINT); `user`:
-    the user it runs as, when supervisord runs as root (PostgreSQL refuses to run as root).
+    the user it runs as, when supervisord runs as root (PostgreSQL refuses to run as root);
+    `stop_wait_s`: how long it may take to stop before it is killed.
     """
 
     name: str
@@ -44,6 +45,8 @@ class Service:
     env: Mapping[str, str] | None = None
     stop_signal: str = "TERM"
     user: str | None = None
+    # Seconds between the stop signal and SIGKILL.
+    stop_wait_s: int = 30
 
 
 class Supervisor:
@@ -106,7 +109,7 @@ class Supervisor:
             f"startsecs = {START_SECONDS}",
             f"startretries = {START_RETRIES}",
             f"stopsignal = {service.stop_signal}",
-            "stopwaitsecs = 30",
+            f"stopwaitsecs = {service.stop_wait_s}",
             # The daemon and the code server start processes of their own: stop them together.
             "stopasgroup = true",
             "killasgroup = true",
