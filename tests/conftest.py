@@ -33,6 +33,8 @@ REGION = "us-east-1"
 INTEGRATION = {
     "tests/dbt/test_dbt_project.py",
     "tests/deploy/test_parity.py",
+    "tests/deploy/test_processes.py",
+    "tests/deploy/test_secrets.py",
     "tests/deploy/test_stack.py",
     "tests/ml/test_gpu_benches.py",
     "tests/ml/test_parallel_tuning.py",
