@@ -100,7 +100,7 @@ TUNING_WORKER_MEMORY = Setting("FLYWHEEL_TUNING_WORKER_MEMORY", "8Gi")
 TUNING_WORKER_GPUS = Setting("FLYWHEEL_TUNING_WORKER_GPUS", "0")
 
 
-def secret(field: str) -> str:
+def secret(field: object) -> str:
     """The value of a resource's secret field, which the definitions set to a `dg.EnvVar`: the
     UI then shows the variable's name, never its value.
 

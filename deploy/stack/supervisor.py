@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from deploy.stack.processes import StackError, tail, write_atomically
 
 # How long a service must stay up to count as started; how many starts supervisord tries
@@ -163,11 +165,9 @@ class Supervisor:
         for name in added + changed:
             proxy.addProcessGroup(name)
 
-    def processes(self) -> list:
+    def processes(self) -> list[psutil.Process]:
         """Every live process this supervisord started or one of those started: supervisord
         names itself in each service's environment, which their children inherit."""
-        import psutil
-
         url = f"unix://{self.socket}"
 
         def supervised(process: psutil.Process) -> bool:
@@ -184,8 +184,6 @@ class Supervisor:
         `processes` whose parent is not one (a run the daemon started is the daemon's)."""
         if self.alive():
             return []
-        import psutil
-
         ours = self.processes()
         pids = {process.pid for process in ours}
         found = [process for process in ours if process.ppid() not in pids]
@@ -252,7 +250,7 @@ class Supervisor:
         pid = int((self.folder / "supervisord.pid").read_text())
         self._proxy().shutdown()
         deadline = time.monotonic() + 60
-        while _exists(pid) and time.monotonic() < deadline:
+        while psutil.pid_exists(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         return True
 
@@ -269,14 +267,6 @@ class Supervisor:
             else "UNKNOWN"
             for name in names
         }
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _quoted(part: str) -> str:
