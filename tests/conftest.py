@@ -36,6 +36,7 @@ INTEGRATION = {
     "tests/deploy/test_processes.py",
     "tests/deploy/test_secrets.py",
     "tests/deploy/test_stack.py",
+    "tests/deploy/test_stack_retraining_faults.py",
     "tests/ml/test_gpu_benches.py",
     "tests/ml/test_parallel_tuning.py",
     "tests/ml/test_tuning.py",
