@@ -19,6 +19,9 @@ class LabelSelectionConfig(dg.Config):
     budget: int = 150
     # The audit share is the unbiased sample evaluation and performance monitoring rely on.
     audit_share: float = 0.4
+    # Another seed draws other audit and random samples of the same days (a policy comparison's
+    # seeds); 0 draws the samples of every play so far.
+    seed: int = 0
 
 
 def build_labeling_assets(task: Task) -> list[dg.AssetsDefinition]:
@@ -52,6 +55,7 @@ def build_labeling_assets(task: Task) -> list[dg.AssetsDefinition]:
                 context.partition_key,
                 config.budget,
                 config.audit_share,
+                config.seed,
             )
         return dg.MaterializeResult(
             metadata={

@@ -108,16 +108,19 @@ def export_day(
     day: str,
     budget: int,
     audit_share: float,
+    seed: int = 0,
 ) -> ExportReport:
-    """Choose the day's examples to label, publish the batch, record its tasks."""
+    """Choose the day's examples to label (the day's samples drawn by `seed`), publish the
+    batch, record its tasks."""
     candidates = export_candidates(con, task, spec, day)
     flagged = flagged_segments(con, day)
-    seed = int(hashlib.sha256(f"{task.name}/{day}".encode()).hexdigest()[:8], 16)
+    drawn = f"{task.name}/{day}" if seed == 0 else f"{task.name}/{day}/{seed}"
+    sampler_seed = int(hashlib.sha256(drawn.encode()).hexdigest()[:8], 16)
     chosen = select_for_labeling(
         candidates.drop(columns="model_version"),
         budget,
         audit_share,
-        seed,
+        sampler_seed,
         flagged,
         example_id=labeling.example_id,
         segments=labeling.segments,

@@ -24,7 +24,7 @@ from sim.driver.budget import play_options
 from sim.driver.console import log_path, output_to_log, say
 from sim.driver.daemon import DaemonDriveError
 from sim.driver.executor import RunFailedError
-from sim.driver.in_process import POLICIES
+from sim.driver.in_process import CADENCES, DEFAULT_COMPARED, POLICIES
 from sim.driver.simulation import RunOptions, UsageError, days_to_play, run
 from sim.world.annotator_service import AnnotatorServiceError, serve
 from sim.world.annotators import annotators_for
@@ -57,6 +57,16 @@ def _drift(text: str) -> PlantedDrift:
         return parse_drift(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
 
 
 def _policies(text: str) -> list[str]:
@@ -134,7 +144,22 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(POLICIES),
         default="flywheel",
         help="the retraining triggers on after the first model: flywheel (default: both "
-        "sensors and the weekly schedule), static (none), weekly, drift or performance",
+        "sensors and the weekly schedule), static (none), weekly, drift or performance; or a "
+        f"fixed cadence, a retraining every N days ({', '.join(CADENCES)})",
+    )
+    run.add_argument(
+        "--seed",
+        type=_seed,
+        default=0,
+        help="what the play draws: the tuning sampler, the networks' initialisations, the label "
+        "export's audit and random samples (default 0)",
+    )
+    run.add_argument(
+        "--model-cache",
+        type=Path,
+        help="a folder of trained challengers shared with other plays: a retraining on a "
+        "dataset version one of them trained on, with the same seed and settings, reuses its "
+        "model (default: none, every retraining trains)",
     )
     run.add_argument("--report-dir", type=Path, help="default: $FLYWHEEL_HOME/report")
     run.add_argument(
@@ -182,8 +207,16 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--policies",
         type=_policies,
-        default=list(POLICIES),
-        help=f"comma-separated, of {', '.join(POLICIES)} (default: all)",
+        default=list(DEFAULT_COMPARED),
+        help=f"comma-separated, of {', '.join(POLICIES)} (default: all but weekly, which "
+        "every-7d plays without the schedule's cooldown)",
+    )
+    compare.add_argument(
+        "--seeds",
+        type=_positive_int,
+        default=3,
+        help="plays of each policy, seeds 0 to N-1, each paired with the other policies' play "
+        "of the same seed (default 3)",
     )
     compare.add_argument(
         "--out",
@@ -266,13 +299,15 @@ def compare_policies(args: argparse.Namespace) -> int:
     days_to_play(args.days, args.start)  # a start outside the task is a usage error
     out = (args.out or flywheel_home() / "compare").resolve()
     try:
-        markdown, summary = compare(args.days, args.start, options, args.policies, out)
+        markdown, summary = compare(
+            args.days, args.start, options, args.policies, out, range(args.seeds)
+        )
     except PolicyFailedError as e:
         say(f"error: {e}", error=True)
         return 1
     say(summary.to_markdown(index=False, floatfmt=".3f"))
     say(f"report: {markdown} and {markdown.parent / 'weekly_auc.png'}")
-    say(f"see a policy's runs and assets: make dev FLYWHEEL_HOME={out}/<policy>")
+    say(f"see a play's runs and assets: make dev FLYWHEEL_HOME={out}/<policy>/seed-<seed>")
     return 0
 
 
@@ -347,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 daemon=args.daemon,
                 daemon_timeout_s=args.daemon_timeout,
                 policy=args.policy,
+                seed=args.seed,
+                model_cache=args.model_cache,
                 baselines=args.baselines,
                 brief=args.brief,
             )

@@ -1,14 +1,22 @@
-"""`flywheel-sim compare`: replay the same days under several retraining policies, one report.
+"""`flywheel-sim compare`: replay the same days under several retraining policies and seeds.
 
-Each policy plays the simulation from nothing in a state folder of its own (its warehouse,
-registry, Dagster instance and landing zone under `<out>/<policy>`), in a process of its own, with
-only its retraining triggers on (`POLICIES`). The same days land, the annotators answer
-the same way and the first model trains on the same bootstrap days; what differs is when each
-retrains. The comparison then reads each policy's report tables and writes one report: production
-AUC per week for each policy (one plot), labels spent, retrainings, promotions and seconds.
+Each policy plays the simulation from nothing once per seed, in a state folder of its own (its
+warehouse, registry, Dagster instance and landing zone under `<out>/<policy>/seed-<seed>`), in a
+process of its own, with only its retraining triggers on, or its fixed cadence (`POLICIES`,
+`CADENCES`). The same days land and the first model trains on the same bootstrap days; a seed
+draws the tuning sampler, the networks' initialisations and the label export's audit and random
+samples, the same for every policy. What differs within a seed is when each policy retrains.
+The plays share one folder of trained challengers (`<out>/models`, ml.model_cache): a
+retraining on a dataset version another play already trained on, with the same seed and
+settings, reuses that model (the first model of a seed, trained on the same random labels by
+every policy, trains once).
+The comparison then reads every play's report tables and writes one report
+(sim.judge.policies): per policy over its seeds, its regret against the best fixed cadence in
+hindsight, and paired weekly differences with their intervals.
 
-A policy whose simulation was killed resumes where it stopped when the same comparison is asked
-for again; a folder holding a comparison of other days is refused, never mixed in.
+A play whose simulation was killed resumes where it stopped when the same comparison is asked
+for again, more seeds or policies added; a folder holding a comparison of other days is
+refused, never mixed in.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
@@ -29,10 +37,14 @@ import pandas as pd
 
 from pipelines.settings import REPO_ROOT
 from sim.driver.console import say
-from sim.driver.in_process import POLICIES
+from sim.driver.in_process import CADENCES, describe_policy
 from sim.driver.simulation import STATE_PATHS, RunOptions, UsageError, own_state
+from sim.judge.policies import Play, read_play, write
 
 STATE = "compare.json"
+# The challengers every play trains, shared: a model trained on the same dataset version with
+# the same seed and settings is the same model, whichever policy asked for it (ml.model_cache).
+MODELS = "models"
 
 
 class PolicyFailedError(Exception):
@@ -41,7 +53,8 @@ class PolicyFailedError(Exception):
 
 @dataclass(frozen=True)
 class Comparison:
-    """What every policy plays: the same days, first model and retraining budget."""
+    """What every play shares: the same days, first model and retraining budget; `layout`
+    names the folders' layout, so that a folder of an older comparison is refused."""
 
     start: str
     days: int
@@ -52,21 +65,12 @@ class Comparison:
     validation_days: int
     test_days: int
     drift: str | None
+    layout: str = "policy/seed"
 
 
-@dataclass
-class PolicyResult:
-    """One policy's report tables and the wall seconds its simulation took."""
-
-    policy: str
-    weekly: pd.DataFrame
-    retrainings: pd.DataFrame
-    labels: pd.DataFrame
-    wall_s: float
-
-
-def _triggers(policy: str) -> str:
-    return ", ".join(POLICIES[policy]) or "no retraining"
+def home_of(out: Path, policy: str, seed: int) -> Path:
+    """The state folder of `policy`'s play with `seed`."""
+    return out / policy / f"seed-{seed}"
 
 
 def comparison_of(start: date, days: int, options: RunOptions) -> Comparison:
@@ -100,8 +104,11 @@ def _state(out: Path, comparison: Comparison) -> dict:
     return state
 
 
-def _arguments(comparison: Comparison, policy: str, report: Path, baselines: bool) -> list[str]:
-    args = ["run", "--policy", policy, "--start", comparison.start, "--days", str(comparison.days)]
+def _arguments(
+    comparison: Comparison, policy: str, seed: int, report: Path, baselines: bool, models: Path
+) -> list[str]:
+    args = ["run", "--policy", policy, "--seed", str(seed), "--model-cache", str(models)]
+    args += ["--start", comparison.start, "--days", str(comparison.days)]
     args += ["--bootstrap-days", str(comparison.bootstrap_days)]
     args += ["--trials", str(comparison.trials), "--max-epochs", str(comparison.max_epochs)]
     args += ["--members", str(comparison.members)]
@@ -136,11 +143,13 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
     return arm
 
 
-def play(comparison: Comparison, policy: str, out: Path, baselines: bool) -> float:
-    """Play `policy`'s simulation in its own process and state folder; its day lines are shown
-    prefixed by the policy. Returns its wall seconds; raises naming the policy if it fails."""
-    home = out / policy
-    args = _arguments(comparison, policy, home / "report", baselines)
+def play(comparison: Comparison, policy: str, seed: int, out: Path, baselines: bool) -> float:
+    """Play `policy`'s simulation with `seed` in its own process and state folder; its day lines
+    are shown prefixed by the policy (and the seed, if not 0). Returns its wall seconds; raises
+    naming the policy if it fails."""
+    home = home_of(out, policy, seed)
+    args = _arguments(comparison, policy, seed, home / "report", baselines, out / MODELS)
+    prefix = policy if seed == 0 else f"{policy} seed {seed}"
     command = [sys.executable, "-m", "sim", *args]
     began = time.monotonic()
     with subprocess.Popen(
@@ -155,137 +164,68 @@ def play(comparison: Comparison, policy: str, out: Path, baselines: bool) -> flo
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            say(f"{policy}: {line.rstrip()}")
+            say(f"{prefix}: {line.rstrip()}")
     if process.returncode != 0:
         raise PolicyFailedError(
-            f"policy {policy!r}: the simulation exited with {process.returncode} (its lines above; "
-            f"its state is in {home}: run the same compare command again to resume it)"
+            f"policy {policy!r}, seed {seed}: the simulation exited with {process.returncode} "
+            f"(its lines above; its state is in {home}: run the same compare command again to "
+            "resume it)"
         )
     return time.monotonic() - began
 
 
-def read_result(out: Path, policy: str, wall_s: float) -> PolicyResult:
-    report = out / policy / "report"
-    tables = {}
-    for name in ("weekly", "retrainings", "labels"):
-        path = report / f"{name}.csv"
-        if not path.exists():
-            raise PolicyFailedError(
-                f"policy {policy!r} wrote no {path.name} in {report}: its simulation reported no "
-                "production period (more --days, or fewer --bootstrap-days)"
-            )
-        tables[name] = pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
-    return PolicyResult(policy, tables["weekly"], tables["retrainings"], tables["labels"], wall_s)
-
-
-def summary(results: list[PolicyResult]) -> pd.DataFrame:
-    """A row per policy: mean weekly production AUC and log loss, the gain over the static
-    model, labels spent, retrainings by trigger, promotions, and seconds."""
-    rows = []
-    for r in results:
-        runs = r.retrainings
-        after = runs[runs.trigger != "bootstrap"] if len(runs) else runs
-        by_trigger = after.trigger.value_counts().to_dict() if len(after) else {}
-        rows.append(
-            {
-                "policy": r.policy,
-                "mean_auc": r.weekly.flywheel.mean(),
-                "vs_static": r.weekly.flywheel.mean() - r.weekly.static.mean(),
-                "mean_logloss": r.weekly.flywheel_logloss.mean(),
-                "labels": int(r.labels.labelled.sum()) if len(r.labels) else 0,
-                "retrainings": len(after),
-                "by_trigger": ", ".join(f"{k} {v}" for k, v in sorted(by_trigger.items())) or "-",
-                "promoted": int((after.decision == "promoted").sum()) if len(after) else 0,
-                "retraining_s": int(runs.seconds.sum()) if len(runs) else 0,
-                "wall_s": round(r.wall_s),
-            }
+def read_result(out: Path, policy: str, seed: int, wall_s: float) -> Play:
+    """The play's report tables; PolicyFailedError if its simulation wrote none."""
+    found = read_play(home_of(out, policy, seed) / "report", policy, seed, wall_s)
+    if isinstance(found, str):
+        raise PolicyFailedError(
+            f"policy {policy!r}, seed {seed} wrote {found}: its simulation reported no "
+            "production period (more --days, or fewer --bootstrap-days)"
         )
-    return pd.DataFrame(rows)
+    return found
 
 
-def weekly_table(results: list[PolicyResult]) -> pd.DataFrame:
-    """Production AUC per week: a column per policy, then the baselines of the first policy
-    that trained them (the same-budget reference and the all-labels ceiling)."""
-    first = results[0].weekly
-    table = first[["week", "examples", "label_mean"]].copy()
-    for r in results:
-        table = table.merge(
-            r.weekly[["week", "flywheel"]].rename(columns={"flywheel": r.policy}),
-            on="week",
-            how="outer",
-        )
-    trained = [r.weekly for r in results if r.weekly.get("reference", pd.Series()).notna().any()]
-    if trained:
-        table = table.merge(trained[0][["week", "reference", "ceiling"]], on="week", how="left")
-    return table.sort_values("week").reset_index(drop=True)
-
-
-def write(
-    out: Path, comparison: Comparison, results: list[PolicyResult], table: pd.DataFrame
-) -> Path:
-    """Write `compare_report.md` (with the `summary` `table`), `weekly_auc.png` and `weekly.csv`
-    under `out`/report."""
-    from ml.plots import weekly_auc_figure
-
-    report = out / "report"
-    report.mkdir(parents=True, exist_ok=True)
-    weekly = weekly_table(results)
-    lines = [c for c in weekly.columns if c not in ("week", "examples", "label_mean")]
-    long = weekly.melt(id_vars="week", value_vars=lines, var_name="model", value_name="auroc")
-    plot = report / "weekly_auc.png"
-    plot.write_bytes(weekly_auc_figure(long.dropna()))
-    weekly.to_csv(report / "weekly.csv", index=False)
-    baselines = ""
-    if "reference" in weekly:
-        baselines = (
-            f" Same-budget reference {weekly.reference.mean():.3f}, all-labels ceiling "
-            f"{weekly.ceiling.mean():.3f} (HistGradientBoosting retrained each Monday)."
-        )
-    triggers = "; ".join(f"{r.policy}: {_triggers(r.policy)}" for r in results)
-    text = "\n\n".join(
-        [
-            "# Retraining policies compared",
-            f"The same {comparison.days} days from {comparison.start}, each policy from nothing "
-            f"in its own state folder under {out}: the first model after "
-            f"{comparison.bootstrap_days} days, then only the policy's retraining triggers "
-            f"({triggers}). "
-            f"Tuning budget {comparison.trials} trials x {comparison.max_epochs} epochs, "
-            f"challengers of {comparison.members} networks; planted "
-            f"drift: {comparison.drift or 'none'}.",
-            "## Summary\n\nMean weekly production AUC and log loss over the production weeks "
-            "(every scored flight), the gain over the policy's own static model (its first), "
-            "labels that came back, retrainings after the first model and how many the gate "
-            "promoted, seconds in retraining runs (the first model's included) and in the "
-            "policy's whole simulation (wall, summed over resumed attempts)."
-            + baselines
-            + "\n\n"
-            + table.to_markdown(index=False, floatfmt=".3f"),
-            f"## Production AUC by week\n\n![weekly AUC]({plot.name})\n\n"
-            + weekly.to_markdown(index=False, floatfmt=".3f"),
-            "Each policy's own report: "
-            + ", ".join(f"`{r.policy}/report/flywheel_report.md`" for r in results)
-            + f"; its runs and assets in the Dagster UI: `make dev FLYWHEEL_HOME={out}/<policy>`.",
-        ]
+def _intro(out: Path, comparison: Comparison, policies: list[str], seeds: list[int]) -> str:
+    plays = "; ".join(f"{p}: {describe_policy(p)}" for p in policies)
+    return (
+        f"The same {comparison.days} days from {comparison.start}, each policy from nothing "
+        f"with each of the seeds {', '.join(map(str, seeds))}, every play in its own state "
+        f"folder under {out}: the first model after {comparison.bootstrap_days} days, then "
+        f"only the policy's retraining ({plays}). A seed draws the tuning sampler, the "
+        "networks' initialisations and the label export's audit and random samples, the same "
+        f"for every policy. Tuning budget {comparison.trials} trials x "
+        f"{comparison.max_epochs} epochs, challengers of {comparison.members} networks; "
+        f"planted drift: {comparison.drift or 'none'}. Each play's own report: "
+        "`<policy>/seed-<seed>/report/flywheel_report.md`; its runs and assets in the Dagster "
+        f"UI: `make dev FLYWHEEL_HOME={out}/<policy>/seed-<seed>`."
     )
-    markdown = report / "compare_report.md"
-    markdown.write_text(text + "\n")
-    return markdown
 
 
 def compare(
-    days: int, start: date, options: RunOptions, policies: list[str], out: Path
+    days: int,
+    start: date,
+    options: RunOptions,
+    policies: list[str],
+    out: Path,
+    seeds: Iterable[int] = (0,),
 ) -> tuple[Path, pd.DataFrame]:
-    """Play every policy (each resumed where a killed run stopped), then write the report.
-    The baselines are trained once, in the flywheel policy's report (else the first's)."""
+    """Play every policy with every seed, seed by seed (each play resumed where a killed run
+    stopped), then write the report; the report and its summary table. The baselines are
+    trained once, in the seed 0 play of the flywheel policy (else of the first)."""
     comparison = comparison_of(start, days, options)
     state = _state(out, comparison)
+    seeds = list(seeds)
     trains_baselines = "flywheel" if "flywheel" in policies else policies[0]
-    results = []
-    for i, policy in enumerate(policies):
-        say(f"policy {i + 1}/{len(policies)}: {policy} ({_triggers(policy)})")
-        seconds = play(comparison, policy, out, policy == trains_baselines)
-        state["wall_s"][policy] = state["wall_s"].get(policy, 0.0) + seconds
-        (out / STATE).write_text(json.dumps(state, indent=1))
-        results.append(read_result(out, policy, state["wall_s"][policy]))
-    table = summary(results)
-    return write(out, comparison, results, table), table
+    plays = []
+    total = len(policies) * len(seeds)
+    for seed in seeds:
+        for policy in policies:
+            say(f"play {len(plays) + 1}/{total}: {policy}, seed {seed} ({describe_policy(policy)})")
+            baselines = policy == trains_baselines and seed == seeds[0]
+            seconds = play(comparison, policy, seed, out, baselines)
+            key = f"{policy}/{seed}"
+            state["wall_s"][key] = state["wall_s"].get(key, 0.0) + seconds
+            (out / STATE).write_text(json.dumps(state, indent=1))
+            plays.append(read_result(out, policy, seed, state["wall_s"][key]))
+    cadences = [p for p in policies if p in CADENCES]
+    return write(out, _intro(out, comparison, policies, seeds), plays, cadences)

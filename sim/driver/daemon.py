@@ -140,9 +140,10 @@ class DaemonDriver(Driver):
         run_configs: dict[str, dict] | None = None,
         timeout_s: float = 1800.0,
         triggers: tuple[str, ...] = RETRAINING_TRIGGERS,
+        cadence_days: int | None = None,
     ):
         land, deliver_labels = self._changing(land), self._changing(deliver_labels)
-        super().__init__(defs, instance, land, deliver_labels, triggers)
+        super().__init__(defs, instance, land, deliver_labels, triggers, cadence_days)
         self.webserver, self.timeout_s = webserver, timeout_s
         self.run_configs = run_configs or {}
         self.started = time.time()

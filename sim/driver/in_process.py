@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from pipelines.defs.monitoring.triggers import EVENT_DAY_TAG, TRIGGER_TAG
 from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import landing_settled
 from pipelines.lib.runs import RETRAINING_JOB, task_of
@@ -117,15 +118,32 @@ DAILY_SENSORS = ("landing_sensor", "label_export_sensor", "inbox_sensor")
 MONITORING_SENSORS = ("drift_sensor", "performance_sensor")
 RETRAINING_SCHEDULE = "retraining_schedule"
 RETRAINING_TRIGGERS = (*MONITORING_SENSORS, RETRAINING_SCHEDULE)
-# Retraining policies: which of the retraining triggers are on once the first model is trained.
-# `flywheel` is the pipeline as deployed; the others are what a team would otherwise run.
+# Fixed cadences: the simulated calendar retrains every N days after the first model, whatever
+# the monitoring says and without the schedule's cooldown, as a team's plain cron job would.
+CADENCES: dict[str, int] = {f"every-{n}d": n for n in (3, 7, 14, 28)}
+CADENCE_TRIGGER = "cadence"
+# Retraining policies: which of the retraining triggers are on once the first model is trained
+# (a fixed cadence's: none; its calendar retrains). `flywheel` is the pipeline as deployed; the
+# others are what a team would otherwise run.
 POLICIES: dict[str, tuple[str, ...]] = {
     "static": (),
     "weekly": (RETRAINING_SCHEDULE,),
+    **{name: () for name in CADENCES},
     "drift": ("drift_sensor",),
     "performance": ("performance_sensor",),
     "flywheel": RETRAINING_TRIGGERS,
 }
+
+# What `flywheel-sim compare` plays by default: every policy but `weekly`, which `every-7d` plays
+# without the schedule's cooldown and skips.
+DEFAULT_COMPARED = tuple(p for p in POLICIES if p != "weekly")
+
+
+def describe_policy(policy: str) -> str:
+    """What retrains under `policy` once the first model is trained, in words."""
+    if policy in CADENCES:
+        return f"a retraining every {CADENCES[policy]} days"
+    return ", ".join(POLICIES[policy]) or "no retraining"
 
 
 class Driver:
@@ -136,7 +154,9 @@ class Driver:
     retraining schedule's ticks (the simulated calendar: a day passes in seconds, so no real
     cron could tick it). The retraining triggers (the monitoring sensors and the schedule) are on
     once `retraining` is: an operator trains the first model (`retrain`), then turns them on;
-    `triggers` names those the retraining policy turns on (default: all of them).
+    `triggers` names those the retraining policy turns on (default: all of them). With
+    `cadence_days`, the calendar also retrains at the end of every `cadence_days`-th day from
+    `production_start` (the first day the first model scored).
     """
 
     def __init__(
@@ -146,6 +166,7 @@ class Driver:
         land: Callable[[date], None],
         deliver_labels: Callable[[date], None],
         triggers: tuple[str, ...] = RETRAINING_TRIGGERS,
+        cadence_days: int | None = None,
     ):
         unknown = sorted(set(triggers) - set(RETRAINING_TRIGGERS))
         if unknown:
@@ -157,6 +178,10 @@ class Driver:
         self.triggers = tuple(triggers)
         self.schedule = ScheduleTicker(defs, instance, RETRAINING_SCHEDULE)
         self._retraining = False
+        if cadence_days is not None and cadence_days < 1:
+            raise ValueError(f"cadence_days must be >= 1, got {cadence_days}")
+        self.cadence_days = cadence_days
+        self.production_start: date | None = None
 
     def partition_end(self, day: date) -> date:
         """The first day after the landing partition holding `day` (the day after, if daily)."""
@@ -202,7 +227,32 @@ class Driver:
             for moment in self.schedule.due(night, following):
                 report.extend(self.submit(self.schedule.requests(moment), self.schedule.origin))
                 report.extend(self.react())
+        if self.retraining and self.cadence_due(day):
+            report.extend(self.submit([self.cadence_request(day)], self.cadence_origin))
+            report.extend(self.react())
         return self.finish(report)
+
+    def cadence_due(self, day: date) -> bool:
+        """Whether the fixed cadence retrains in the night after `day`: `cadence_days` days
+        of production have passed since the first model, or since its last tick."""
+        if self.cadence_days is None or self.production_start is None:
+            return False
+        played = (day - self.production_start).days + 1
+        return played > 0 and played % self.cadence_days == 0
+
+    @property
+    def cadence_origin(self) -> dict[str, str]:
+        """The tag that marks the runs the fixed cadence requested (each of its run keys once,
+        after a kill too)."""
+        return {"flywheel/cadence": f"every-{self.cadence_days}d"}
+
+    def cadence_request(self, day: date) -> dg.RunRequest:
+        """The fixed cadence's retraining on the labels up to `day`."""
+        return dg.RunRequest(
+            job_name=RETRAINING_JOB,
+            run_key=f"cadence:{day.isoformat()}",
+            tags={TRIGGER_TAG: CADENCE_TRIGGER, EVENT_DAY_TAG: day.isoformat()},
+        )
 
     def retrain(self, trigger: str, event_day: date) -> RunSummary:
         """An operator's retraining run: dataset, challenger, evaluation, promotion gate."""
@@ -234,8 +284,9 @@ class FlywheelDriver(Driver):
         run_configs: dict[str, dict] | None = None,
         pool_wait_s: float = 600.0,
         triggers: tuple[str, ...] = RETRAINING_TRIGGERS,
+        cadence_days: int | None = None,
     ):
-        super().__init__(defs, instance, land, deliver_labels, triggers)
+        super().__init__(defs, instance, land, deliver_labels, triggers, cadence_days)
         self.executor = RunExecutor(defs, instance, run_configs, pool_wait_s)
         self.daily = [SensorTicker(self.executor, n, state) for n in DAILY_SENSORS]
         self.monitors = [

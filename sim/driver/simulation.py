@@ -103,20 +103,36 @@ class RunOptions:
     daemon_timeout_s: float = 1800.0
     # Which retraining triggers are on after the first model (sim.driver.in_process.POLICIES).
     policy: str = "flywheel"
+    # What a play draws: the tuning sampler's and the networks' seed, and the label export's
+    # audit and random samples (0: the draws of every play so far).
+    seed: int = 0
+    # A folder of trained challengers shared with other plays (ml.model_cache): a play that
+    # trains on a dataset version another already trained on, with the same seed and settings,
+    # reuses its model.
+    model_cache: Path | None = None
     # Whether the report trains the same-budget reference and the all-labels ceiling.
     baselines: bool = True
     # Print the report's path at the end, not the whole report.
     brief: bool = False
 
-    def run_configs(self, task_name: str) -> dict[str, dict]:
-        """The operator's run config of `task_name`'s retraining job."""
+    def run_configs(self, task: TaskSpec) -> dict[str, dict]:
+        """The operator's run config of `task`'s retraining job, and of its label export job
+        where the seed is not 0."""
         training = {"n_trials": self.trials, "max_epochs": self.max_epochs, "members": self.members}
+        if self.seed:
+            training["seed"] = self.seed
+        if self.model_cache is not None:
+            training["model_cache"] = str(self.model_cache)
         windows = {"validation_days": self.validation_days, "test_days": self.test_days}
         ops = {
             "training_dataset": {"config": windows},
             "challenger_model": {"config": training},
         }
-        return {"retraining_job": task_run_config(task_name, {"ops": ops})}
+        configs = {"retraining_job": task_run_config(task, {"ops": ops})}
+        if self.seed and task.label_tasks_table:
+            export = {"ops": {task.label_tasks_table: {"config": {"seed": self.seed}}}}
+            configs["label_export_job"] = task_run_config(task, export)
+        return configs
 
 
 def _describe(tick, driver) -> str:
@@ -163,7 +179,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     from pipelines.lib.registry import champion, registered_name, versions
     from pipelines.lib.runs import RETRAINING_JOB, task_runs
     from sim.driver.daemon import DaemonDriver, webserver_from_env
-    from sim.driver.in_process import POLICIES, Driver, FlywheelDriver
+    from sim.driver.in_process import CADENCES, POLICIES, Driver, FlywheelDriver, describe_policy
     from sim.judge.report import BaselinesInBackground, resource, write_report
     from sim.world.annotator_service import AnnotatorProcess
     from sim.world.annotators import annotators_for
@@ -202,9 +218,10 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 webserver,
                 land,
                 service.deliver,
-                options.run_configs(task.name),
+                options.run_configs(task),
                 options.daemon_timeout_s,
                 POLICIES[options.policy],
+                CADENCES.get(options.policy),
             )
         else:
             driver = FlywheelDriver(
@@ -213,9 +230,10 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 home / "sim",
                 land,
                 annotators.deliver,
-                options.run_configs(task.name),
+                options.run_configs(task),
                 options.pool_wait_s,
                 POLICIES[options.policy],
+                CADENCES.get(options.policy),
             )
         # The baselines' fits while the days play, in process only: the daemon's runs, in their
         # own processes, may hold the warehouse whenever this process would read it.
@@ -228,6 +246,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             driver.retraining = True
         if driver.retraining and production_start is None:
             production_start = max(_after_bootstrap(instance) or span[0], span[0])
+        driver.production_start = production_start
         # In process, every run of a day opens the warehouse in this process: it stays open
         # for the day (Warehouse.held). The daemon's runs open it in their own processes.
         warehouse = resource(defs, "warehouse")
@@ -240,6 +259,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                     # The operator trains the first model, then turns the retraining triggers on.
                     tick.runs.append(driver.retrain("bootstrap", day))
                     driver.retraining, production_start = True, _following(task, day)
+                    driver.production_start = production_start
                 write_progress(home, day, production_start)
                 if background is not None:
                     background.played(day, production_start)
@@ -273,7 +293,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             else "Driven in process.",
             f"Planted drift: {options.drift or 'none'}.",
             f"Retraining policy: {options.policy} (after the first model: "
-            f"{', '.join(POLICIES[options.policy]) or 'no retraining'}).",
+            f"{describe_policy(options.policy)}); seed {options.seed}.",
         ]
         fitted = None
         if background is not None:

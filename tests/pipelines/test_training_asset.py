@@ -15,6 +15,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
+from ml.model_cache import ModelCache
 from ml.synthetic import FEATURES, make_table
 from pipelines.defs.training.assets import build_training_assets
 from pipelines.lib.datasets import DvcDatasetStore
@@ -284,3 +285,33 @@ def kept_baselines_score_the_evaluation(
     fitted = baseline_scores(tracker, FEATURES, unkept, dataset.dvc_hash, frames, test, seed=0)
     for name, scores in expected.items():
         assert (fitted[name] == scores).all(), name
+
+
+def test_the_same_dataset_and_seed_reuse_the_model_another_seed_trains_its_own(
+    instance: dg.DagsterInstance, tracker: MlflowTracker, store: DvcDatasetStore, tmp_path: Path
+) -> None:
+    record_dataset(instance, store)
+    cache = str(tmp_path / "models")
+    budget = {"n_trials": 1, "max_epochs": 1, "members": 1, "model_cache": cache}
+
+    def trained(**config: object) -> dict[str, object]:
+        result = materialize(instance, tracker, tmp_path, store, **budget, **config)
+        assert result.success
+        [event] = result.get_asset_materialization_events()
+        return {k: v.value for k, v in event.materialization.metadata.items()}
+
+    first, again, other = trained(), trained(), trained(seed=1)
+    assert (first["model_cache"], again["model_cache"], other["model_cache"]) == (
+        "stored",
+        "hit",
+        "stored",
+    )
+    # The same model, registered again as this run's version, with the seconds it took once.
+    assert again["best_params"] == first["best_params"] and again["val/auroc"] == first["val/auroc"]
+    assert again["training_seconds"] == first["training_seconds"]
+    assert (first["registered_model_version"], again["registered_model_version"]) == (1, 2)
+    # Another seed, another entry: its final fit from its own initialisations (its trial is
+    # the study's, shared here by the three runs: one study per dataset version).
+    entries = [ModelCache(cache).load(p.name) for p in Path(cache).iterdir()]
+    histories = [e.result.fit.history for e in entries if e is not None]
+    assert len(histories) == 2 and histories[0] != histories[1]

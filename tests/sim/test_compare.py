@@ -1,4 +1,4 @@
-"""`flywheel-sim compare`: the same days played under several retraining policies.
+"""`flywheel-sim compare`: the same days played under several retraining policies and seeds.
 
 The first model trains after six days; from day eight the weather feed reports temperatures in
 Celsius (the end-to-end test's window), so the drift policy retrains while the static one keeps
@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +19,12 @@ import pytest
 
 from sim.driver.cli import main
 from sim.driver.executor import TickReport
-from sim.driver.in_process import POLICIES, RETRAINING_SCHEDULE, Driver
+from sim.driver.in_process import CADENCES, POLICIES, RETRAINING_SCHEDULE, Driver
+from sim.driver.simulation import RunOptions
 
 ARGS = ["compare", "--start", "2013-09-02", "--days", "10", "--bootstrap-days", "6"]
 ARGS += ["--trials", "1", "--max-epochs", "2", "--validation-days", "2", "--test-days", "2"]
-ARGS += ["--drift", "celsius@2013-09-09"]
+ARGS += ["--drift", "celsius@2013-09-09", "--seeds", "1"]
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,18 +50,20 @@ def test_policies_play_on_their_own_state_and_a_killed_compare_resumes(
     assert len(day_lines(printed, "drift")) == 10
 
     static, drift = (
-        pd.read_csv(out / policy / "report" / "retrainings.csv") for policy in ("static", "drift")
+        pd.read_csv(out / policy / "seed-0" / "report" / "retrainings.csv")
+        for policy in ("static", "drift")
     )
     assert static.trigger.tolist() == ["bootstrap"]
     assert drift.trigger.iloc[0] == "bootstrap" and "drift" in set(drift.trigger)
     assert set(drift.trigger) == {"bootstrap", "drift"}  # no schedule, no performance sensor
     # Each policy has its own warehouse and Dagster instance.
     for policy in ("static", "drift"):
-        assert (out / policy / "warehouse.duckdb").exists()
-        assert (out / policy / "dagster" / "dagster.yaml").exists()
-        assert list((out / policy / "checkout" / "data" / "datasets").glob("*.dvc"))
+        home = out / policy / "seed-0"
+        assert (home / "warehouse.duckdb").exists()
+        assert (home / "dagster" / "dagster.yaml").exists()
+        assert list((home / "checkout" / "data" / "datasets").glob("*.dvc"))
 
-    own = pd.read_csv(out / "static" / "report" / "weekly.csv")
+    own = pd.read_csv(out / "static" / "seed-0" / "report" / "weekly.csv")
     np.testing.assert_allclose(own.flywheel, own.static)  # its champion never changed
     weekly = pd.read_csv(out / "report" / "weekly.csv")
     assert list(weekly.columns) == [
@@ -76,13 +79,17 @@ def test_policies_play_on_their_own_state_and_a_killed_compare_resumes(
     assert weekly.static.iloc[0] == pytest.approx(weekly.drift.iloc[0])
     assert weekly.reference.notna().any()
     # The baselines are trained once, in the first policy's report.
-    assert pd.read_csv(out / "drift" / "report" / "weekly.csv").reference.isna().all()
+    assert pd.read_csv(out / "drift" / "seed-0" / "report" / "weekly.csv").reference.isna().all()
 
     text = (out / "report" / "compare_report.md").read_text()
     summary = text.split("## Summary")[1].split("## Production")[0]
     assert "| static" in summary and "| drift" in summary
     rows = {line.split("|")[1].strip(): line for line in summary.splitlines() if "|" in line}
     assert f"drift {(drift.trigger == 'drift').sum()}" in rows["drift"]
+    # Against the flywheel and a cadence alone the paired tables are made: neither played here.
+    assert "## Paired differences" not in text
+    scores = pd.read_csv(out / "report" / "scores.csv")
+    assert set(scores.policy) == {"static", "drift"} and set(scores.seed) == {0}
     assert (out / "report" / "weekly_auc.png").read_bytes()[:4] == b"\x89PNG"
 
     # Asked again: nothing is left to play.
@@ -96,13 +103,15 @@ def test_policies_play_on_their_own_state_and_a_killed_compare_resumes(
 
 
 class Recorded(Driver):
-    """A driver whose pipeline does nothing: it records what the schedule was asked."""
+    """A driver whose pipeline does nothing: it records what the schedule was asked, and what
+    the calendar submitted."""
 
-    def __init__(self, triggers):
+    def __init__(self, triggers, cadence_days=None):
         from pipelines.definitions import defs
 
-        super().__init__(defs, None, lambda day: None, lambda day: None, triggers)
+        super().__init__(defs, None, lambda day: None, lambda day: None, triggers, cadence_days)
         self.asked = []
+        self.submitted = []
 
         class Schedule:
             origin = None
@@ -116,6 +125,10 @@ class Recorded(Driver):
     def react(self) -> TickReport:
         return TickReport()
 
+    def submit(self, requests, origin) -> TickReport:
+        self.submitted += [(request, origin) for request in requests]
+        return TickReport()
+
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_the_weekly_schedule_ticks_only_where_the_policy_turns_it_on(policy) -> None:
@@ -124,6 +137,50 @@ def test_the_weekly_schedule_ticks_only_where_the_policy_turns_it_on(policy) -> 
     driver.day(date(2013, 9, 8))
     expected = [datetime(2013, 9, 9, tzinfo=UTC)] if RETRAINING_SCHEDULE in POLICIES[policy] else []
     assert driver.asked == expected
+
+
+@pytest.mark.parametrize("policy", list(CADENCES))
+def test_a_fixed_cadence_retrains_every_n_days_of_production(policy) -> None:
+    n = CADENCES[policy]
+    driver = Recorded(POLICIES[policy], n)
+    driver.day(date(2013, 9, 1))  # before the first model: nothing
+    driver.retraining, driver.production_start = True, date(2013, 9, 2)
+    days = [date(2013, 9, 2) + timedelta(d) for d in range(60)]
+    for day in days:
+        driver.day(day)
+    assert driver.asked == []  # no schedule
+    retrained = [request.tags["flywheel/event_day"] for request, _ in driver.submitted]
+    assert retrained == [day.isoformat() for day in days[n - 1 :: n]]
+    request, origin = driver.submitted[0]
+    assert request.job_name == "retraining_job" and request.tags["flywheel/trigger"] == "cadence"
+    # Keyed by its day, under its own origin: asked again after a kill, it runs once.
+    assert request.run_key == f"cadence:{days[n - 1]}" and origin == {"flywheel/cadence": policy}
+
+
+def test_a_seed_reaches_training_and_the_label_samples_and_the_jobs_accept_it(tmp_path) -> None:
+    import dagster as dg
+
+    from pipelines.definitions import defs
+    from pipelines.lib.asset_keys import task_key
+    from pipelines.task import load_task
+
+    task = load_task()
+
+    def op(name: str) -> str:
+        return task_key(task, name).to_python_identifier()
+
+    unseeded = RunOptions().run_configs(task)
+    assert set(unseeded) == {"retraining_job"}  # seed 0: the draws of every play so far
+    assert "seed" not in unseeded["retraining_job"]["ops"][op("challenger_model")]["config"]
+    assert "model_cache" not in unseeded["retraining_job"]["ops"][op("challenger_model")]["config"]
+    seeded = RunOptions(seed=2, model_cache=tmp_path / "models").run_configs(task)
+    training = seeded["retraining_job"]["ops"][op("challenger_model")]["config"]
+    assert training["seed"] == 2 and training["model_cache"] == str(tmp_path / "models")
+    assert seeded["label_export_job"] == {
+        "ops": {op(task.label_tasks_table): {"config": {"seed": 2}}}
+    }
+    for job, config in seeded.items():
+        dg.validate_run_config(defs.resolve_job_def(job), config)  # raises if the job refuses it
 
 
 def test_an_unknown_trigger_is_refused() -> None:

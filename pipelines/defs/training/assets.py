@@ -1,6 +1,8 @@
 """The challenger model: tuned with Optuna, tracked and registered in MLflow."""
 
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,6 +12,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ml.config import FeatureConfig, ModelConfig, TrainConfig, TuneConfig
+from ml.model_cache import CacheEntry, ModelCache, cache_key
 from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.registry import DATASET_TAG, log_baselines, registered_name
@@ -56,6 +59,10 @@ class TrainingConfig(dg.Config):
     # A small dataset trains in smaller batches, so that every epoch takes at least this many
     # optimizer steps (a bootstrap's 900 training rows at a batch of 1,024 would take one).
     min_steps_per_epoch: int = 32
+    # A folder of challengers shared by runs that would train the same one (the same dataset
+    # version, seed and settings: ml.model_cache), e.g. the plays of one policy comparison;
+    # none: every run trains its own.
+    model_cache: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,25 @@ def ml_configs(
         workers=config.workers,
     )
     return tune, TrainConfig(max_epochs=config.max_epochs, seed=config.seed)
+
+
+def train_or_reuse(
+    config: TrainingConfig, dataset_hash: str, fit: Callable[[], "Challenger"]
+) -> CacheEntry:
+    """The challenger of `dataset_hash` with the run config's seed and settings: from its model
+    cache where a run trained it already, else trained by `fit` (and stored there)."""
+    began = time.monotonic()
+    # A tuning cut by a clock is not a function of its inputs: never cached.
+    if not config.model_cache or config.timeout_s is not None:
+        return CacheEntry(fit(), time.monotonic() - began, hit=False)
+    cache = ModelCache(config.model_cache)
+    settings = config.model_dump(exclude={"model_cache", "seed"})
+    key = cache_key(dataset_hash, config.seed, settings)
+    if (entry := cache.load(key)) is not None:
+        return entry
+    challenger = fit()
+    inputs = {"dataset": dataset_hash, "seed": config.seed, **settings}
+    return cache.store(key, challenger, time.monotonic() - began, inputs)
 
 
 def results_metadata(
@@ -173,24 +199,37 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
             tempfile.TemporaryDirectory() as checkpoints,
         ):
             callback = tracker.trial_callback(run.info.run_id, train_config.monitor)
-            challenger = fit_challenger(
-                datamodule,
-                tune_config,
-                ModelConfig(),
-                train_config,
-                checkpoints,
-                trial_callback=callback,
-                launcher=launcher,
-                members=config.members,
+            trained = train_or_reuse(
+                config,
+                dataset.dvc_hash,
+                lambda: fit_challenger(
+                    datamodule,
+                    tune_config,
+                    ModelConfig(),
+                    train_config,
+                    checkpoints,
+                    trial_callback=callback,
+                    launcher=launcher,
+                    members=config.members,
+                ),
             )
+            challenger = trained.result
             version = log_challenger(
                 tracker, run.info.run_id, challenger, dataset, registered, features
             )
         metadata = results_metadata(
             challenger, registered, version, run.info.run_id, tracker.run_url(run.info.run_id)
         )
+        cached = config.model_cache and config.timeout_s is None
+        cache = "hit" if trained.hit else ("stored" if cached else "off")
         return dg.MaterializeResult(
-            metadata={**metadata, "dataset_dvc_hash": dataset.dvc_hash},
+            metadata={
+                **metadata,
+                "dataset_dvc_hash": dataset.dvc_hash,
+                "model_cache": cache,
+                # What training the challenger took, in the run that trained it.
+                "training_seconds": round(trained.seconds, 3),
+            },
             data_version=dg.DataVersion(f"{registered}/{version}"),
         )
 
