@@ -28,10 +28,12 @@ DAYS ?= 275
 START ?= 2013-04-01
 BOOTSTRAP_DAYS ?= 21
 RUN_ARGS ?=
-# `make compare`: the same days under each retraining policy (static, weekly, drift, performance,
-# flywheel), each a simulation of its own; November and December by default (docs/benchmarks.md).
+# `make compare`: the same days under each retraining policy (static, fixed cadences of 3, 7, 14
+# and 28 days, drift, performance, flywheel), each a simulation of its own once per seed (seeds 0
+# to COMPARE_SEEDS-1); November and December by default (docs/benchmarks.md).
 COMPARE_START ?= 2013-11-01
 COMPARE_DAYS ?= 61
+COMPARE_SEEDS ?= 3
 
 export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel
 export DAGSTER_HOME ?= $(FLYWHEEL_HOME)/dagster
@@ -63,7 +65,7 @@ flywheel: setup
 	$(PY) -m sim run --start $(START) --days $(DAYS) --bootstrap-days $(BOOTSTRAP_DAYS) $(RUN_ARGS)
 
 compare: setup
-	$(PY) -m sim compare --start $(COMPARE_START) --days $(COMPARE_DAYS) $(RUN_ARGS)
+	$(PY) -m sim compare --start $(COMPARE_START) --days $(COMPARE_DAYS) --seeds $(COMPARE_SEEDS) $(RUN_ARGS)
 
 # Two workers: the stack tests (one group, one stack at a time) mostly wait on their processes
 # while the other worker computes.
