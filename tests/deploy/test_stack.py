@@ -294,15 +294,19 @@ def _in_step(instance, step: str, before: set[str]) -> tuple[str, int] | None:
     return None
 
 
+# The moment of a kill that is no step: while the day's run is being launched (the queue has
+# taken it and the code server is starting its process; no step has begun).
+LAUNCH = "launch"
+
 # Each service SIGKILLed during a day: the day, and when it is killed (during a step of the day's
-# run, or as soon as the day lands: while the landing sensor ticks and the queue launches).
-# supervisord restarts the service; the day must complete without a hand.
+# run, while it is launched, or as soon as the day lands: while the landing sensor ticks and the
+# queue launches). supervisord restarts the service; the day must complete without a hand.
 FAULTS = [
     pytest.param("postgres", "2013-01-05", "daily_dbt_models", id="postgres"),
     pytest.param("s3", "2013-01-07", "flights__raw_flights", id="object-store"),
     pytest.param("daemon", "2013-01-04", None, id="daemon"),
     pytest.param("pgbouncer", "2013-01-08", "daily_dbt_models", marks=pytest.mark.slow),
-    pytest.param("code_server", "2013-01-09", None, marks=pytest.mark.slow),
+    pytest.param("code_server", "2013-01-09", LAUNCH, marks=pytest.mark.slow),
     pytest.param("webserver", "2013-01-10", None, marks=pytest.mark.slow),
 ]
 
@@ -318,14 +322,25 @@ def test_a_service_killed_during_a_day_is_restarted_and_the_day_completes(
     supervisor = Stack.of_home(home).supervisor
     before = frozenset(r["id"] for r in runs())
     land(env, day)
-    if step is not None:
+    if step == LAUNCH:
         with dg.DagsterInstance.get() as instance:
             deadline = time.monotonic() + 300
-            while _in_step(instance, step, before) is None:
-                assert time.monotonic() < deadline, f"no run of the day reached step {step}"
-                time.sleep(0.1)
-    killed = supervisor.pid(service)
-    os.kill(killed, signal.SIGKILL)
+            while (launched := _launching(instance, before)) is None:
+                assert time.monotonic() < deadline, "no run of the day was launched"
+                time.sleep(0.05)
+            killed, at = supervisor.pid(service), time.time()
+            os.kill(killed, signal.SIGKILL)
+            started = instance.all_logs(launched, of_type=dg.DagsterEventType.STEP_START)
+            assert not [e for e in started if e.timestamp < at], "killed after a step began"
+    else:
+        if step is not None:
+            with dg.DagsterInstance.get() as instance:
+                deadline = time.monotonic() + 300
+                while _in_step(instance, step, before) is None:
+                    assert time.monotonic() < deadline, f"no run of the day reached step {step}"
+                    time.sleep(0.1)
+        killed = supervisor.pid(service)
+        os.kill(killed, signal.SIGKILL)
     # Restarted by supervisord: a new process, running (PostgreSQL after its crash recovery).
     deadline = time.monotonic() + 120
     while supervisor.pid(service) in (None, killed) or not supervisor.states([service])[
@@ -344,6 +359,20 @@ def test_a_service_killed_during_a_day_is_restarted_and_the_day_completes(
         assert retries, f"run {failed['id']} of {day} failed and was not retried"
     expected = len(load().day("flights", day))
     assert day_counts()[day] == (expected, expected)  # every flight, none twice
+
+
+def _launching(instance, before: frozenset[str]) -> str | None:
+    """The id of a new run being launched: starting, or started with no step begun yet."""
+    import dagster as dg
+
+    statuses = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+    for record in instance.get_run_records(dg.RunsFilter(statuses=statuses)):
+        run_id = record.dagster_run.run_id
+        if run_id in before:
+            continue
+        if not instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START):
+            return run_id
+    return None
 
 
 def settled(seen: list[dict]) -> bool:

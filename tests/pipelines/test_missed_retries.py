@@ -97,3 +97,31 @@ def test_retried_spent_or_old_runs_are_left_alone(instance, monkeypatch):
     assert recent.run_id in missed and other.run_id not in missed
     later = time.time() + sensors.LOOKBACK_S + 60
     assert list(missed_retries(instance, later, "flights")) == []
+
+
+def test_a_retry_that_dagster_failed_to_launch_is_requested_at_once(instance):
+    """With the code server gone, Dagster's run-retry daemon records that it failed to retry
+    the run and tags it will_retry=false, for good: the sensor requests the retry once the code
+    location is back (it runs there), without a grace period."""
+    gave_up = failed_run(instance, "2013-01-07")
+    instance.report_engine_event(sensors.RETRY_FAILED_MESSAGE, gave_up)
+    instance.add_run_tags(gave_up.run_id, {WILL_RETRY_TAG: "false"})
+    # Not to be retried by the policy (the embedded instance's step failures), no attempt made.
+    refused = failed_run(instance, "2013-01-08")
+    instance.add_run_tags(refused.run_id, {WILL_RETRY_TAG: "false"})
+    # The daemon failed to launch a retry whose run had spent its retries.
+    spent = failed_run(instance, "2013-01-09", **{RETRY_NUMBER_TAG: "1"})
+    instance.report_engine_event(sensors.RETRY_FAILED_MESSAGE, spent)
+    instance.add_run_tags(spent.run_id, {WILL_RETRY_TAG: "false"})
+
+    (request,) = tick(instance)
+
+    assert request.partition_key == "2013-01-07" and request.tags[PARENT_RUN_TAG] == gave_up.run_id
+    assert request.run_key == f"missed_retry:{gave_up.run_id}"
+    day_job.execute_in_process(
+        instance=instance,
+        partition_key="2013-01-07",
+        run_config={"ops": {"load_day": {"config": {"fail": False}}}},
+        tags=request.tags,
+    )
+    assert tick(instance) == []
