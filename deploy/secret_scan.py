@@ -6,7 +6,7 @@ A hit names where, and which secret by its name, never its value. The caller giv
 by name; a deployment's own come from its environment (`pipelines.settings.environment_of`):
 
     scanner = SecretScanner(environment_of(SECRET_SETTINGS))
-    hits = scanner.instance(instance) + scanner.folder(compute_logs) + scanner.processes()
+    hits = scanner.instance(instance) + scanner.compute_logs(instance) + scanner.processes()
     assert not hits, "\\n".join(map(str, hits))
 
 `scan` runs every check it is given the input of.
@@ -122,6 +122,16 @@ class SecretScanner:
             hits += self.text(dg.serialize_value(entry), label)
         return hits
 
+    def compute_logs(self, instance: dg.DagsterInstance) -> list[Hit]:
+        """Every step's standard output and error of every run, read through the instance's
+        compute log manager, wherever it keeps them (files, an object store)."""
+        hits = []
+        for run_id, log_key, stream in captured_logs(instance):
+            data = instance.compute_log_manager.get_log_data_for_type(log_key, stream, 0, None)[0]
+            where = f"run {run_id}'s {stream.value} of {'/'.join(log_key[2:])}"
+            hits += self.text(data or b"", where)
+        return hits
+
     def folder(self, folder: Path) -> list[Hit]:
         """Every file under `folder` (compute logs: each step's stdout and stderr)."""
         return [
@@ -184,6 +194,22 @@ class SecretScanner:
                 value = ApiClient().sanitize_for_serialization(value)
             hits += self.text(json.dumps(value, default=str), name)
         return hits
+
+
+def captured_logs(instance: dg.DagsterInstance) -> Iterator[tuple[str, list[str], Any]]:
+    """(run id, log key, stream) of every compute log the instance's runs captured, as their
+    event logs name them (listing an object store's keys trips on the partial uploads' names)."""
+    import dagster as dg
+    from dagster._core.storage.compute_log_manager import ComputeIOType
+
+    manager = instance.compute_log_manager
+    for run in instance.get_runs():
+        captured = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.LOGS_CAPTURED)
+        keys = dict.fromkeys(e.dagster_event.event_specific_data.file_key for e in captured)
+        for file_key in keys:
+            log_key = list(manager.build_log_key_for_run(run.run_id, file_key))
+            for stream in (ComputeIOType.STDOUT, ComputeIOType.STDERR):
+                yield run.run_id, log_key, stream
 
 
 def scan(

@@ -98,6 +98,11 @@ TUNING_SERVICE_ACCOUNT = Setting("FLYWHEEL_TUNING_SERVICE_ACCOUNT")
 TUNING_WORKER_CPU = Setting("FLYWHEEL_TUNING_WORKER_CPU", "2")
 TUNING_WORKER_MEMORY = Setting("FLYWHEEL_TUNING_WORKER_MEMORY", "8Gi")
 TUNING_WORKER_GPUS = Setting("FLYWHEEL_TUNING_WORKER_GPUS", "0")
+# The one-machine stack's addresses (deploy/stack/state.py), and the authorities `requests`
+# trusts, which the stack adds its own to (deploy/stack/tls.py).
+STACK_ADDRESS = Setting("FLYWHEEL_STACK_ADDRESS")
+STACK_CODE_SERVER_ADDRESS = Setting("FLYWHEEL_STACK_CODE_SERVER_ADDRESS")
+REQUESTS_CA_BUNDLE = Setting("REQUESTS_CA_BUNDLE")
 
 
 def secret(field: object) -> str:

@@ -9,14 +9,14 @@ from deploy.stack.processes import StackError
 from deploy.stack.stack import Stack
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Start, stop or show the stack under $FLYWHEEL_HOME/stack."""
+def main(argv: list[str] | None = None, stack: Stack | None = None) -> int:
+    """Start, stop or show `stack` (default: the one under $FLYWHEEL_HOME/stack)."""
     from pipelines.settings import flywheel_home
 
     parser = argparse.ArgumentParser(prog="python -m deploy.stack", description=__doc__)
     parser.add_argument("verb", choices=("up", "down", "status"))
     args = parser.parse_args(argv)
-    stack = Stack.of_home(flywheel_home())
+    stack = stack or Stack.of_home(flywheel_home())
     try:
         if args.verb == "up":
             stack.up()

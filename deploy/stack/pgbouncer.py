@@ -38,30 +38,31 @@ def _find() -> Path | None:
 
 def configure(
     folder: Path,
+    host: str,
     port: int,
     server_port: int,
     role: str,
     secret: str,
     certificates: tls.Certificates,
 ) -> Path:
-    """Write the pooler's settings under `folder` (listening on 127.0.0.1:`port`, serving the
-    database of `role`, named like it, of the server on `server_port`, to that role alone, whose
-    SCRAM verifier is `secret`), installing PgBouncer first where it is missing; the path of its
-    configuration file. TLS on both sides: clients must ask for it, and the pooler checks the
-    server's certificate as the clients would."""
+    """Write the pooler's settings under `folder` (listening on `host`:`port`, serving the
+    database of `role`, named like it, of the server on `host`:`server_port`, to that role
+    alone, whose SCRAM verifier is `secret`), installing PgBouncer first where it is missing; the
+    path of its configuration file. TLS on both sides: clients must ask for it, and the pooler
+    checks the server's certificate as the clients would."""
     binary()
     folder.mkdir(parents=True, exist_ok=True)
     postgres.give_to_server_user(folder)
     users = folder / "users.txt"
     write_atomically(users, f'"{role}" "{secret}"\n', mode=0o600)
-    served = f"{role} = host=127.0.0.1 port={server_port} dbname={role}\n"
+    served = f"{role} = host={host} port={server_port} dbname={role}\n"
     config = folder / "pgbouncer.ini"
     write_atomically(
         config,
         f"""[databases]
 {served}
 [pgbouncer]
-listen_addr = 127.0.0.1
+listen_addr = {host}
 listen_port = {port}
 unix_socket_dir =
 auth_type = scram-sha-256
@@ -98,13 +99,13 @@ def command(config: Path) -> list[str]:
     return [str(_find() or PACKAGE), str(config)]
 
 
-def ready(port: int, role: str, password: str) -> bool:
-    """Whether the pooler on `port` logs `role` in to its database and answers a query."""
+def ready(host: str, port: int, role: str, password: str) -> bool:
+    """Whether the pooler on `host`:`port` logs `role` in to its database and answers a query."""
     import psycopg2
 
     try:
         connection = psycopg2.connect(
-            host="127.0.0.1",
+            host=host,
             port=port,
             user=role,
             password=password,

@@ -14,7 +14,7 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -156,23 +156,27 @@ def start(data: Path, port: int, log: Path) -> None:
     )
 
 
-def server_command(data: Path, port: int, certificate: Path, key: Path) -> list[str]:
-    """The server in the foreground on 127.0.0.1:`port` (TCP only, TLS with `certificate`),
-    for a process manager."""
+def server_command(data: Path, host: str, port: int, certificate: Path, key: Path) -> list[str]:
+    """The server in the foreground on `host`:`port` (TCP only, TLS with `certificate`), for a
+    process manager."""
     return [
         *[str(binaries() / "postgres"), "-D", str(data)],
-        *["-c", "listen_addresses=127.0.0.1", "-c", f"port={port}"],
+        *["-c", f"listen_addresses={host}", "-c", f"port={port}"],
         *["-c", "unix_socket_directories="],
         *["-c", "ssl=on", "-c", f"ssl_cert_file={certificate}", "-c", f"ssl_key_file={key}"],
         *["-c", "ssl_min_protocol_version=TLSv1.2"],
     ]
 
 
-def write_hba(data: Path) -> None:
-    """Who may log in to what (`pg_hba.conf`, read at start and on reload): over TLS only, the
-    administrator to any database, each consumer's role to its own database."""
-    rows = [f"hostssl all {ROLE} 127.0.0.1/32 scram-sha-256"]
-    rows += [f"hostssl {role} {role} 127.0.0.1/32 scram-sha-256" for role in CONSUMER_ROLES]
+def write_hba(data: Path, clients: Sequence[str] = ("127.0.0.1",)) -> None:
+    """Who may log in to what from the addresses `clients` (`pg_hba.conf`, read at start and on
+    reload): over TLS only, the administrator to any database, each consumer's role to its own
+    database."""
+    rows = []
+    for client in clients:
+        cidr = f"{client}/{128 if ':' in client else 32}"
+        rows.append(f"hostssl all {ROLE} {cidr} scram-sha-256")
+        rows += [f"hostssl {role} {role} {cidr} scram-sha-256" for role in CONSUMER_ROLES]
     path = data / "pg_hba.conf"
     text = "# Written by the stack at each start (deploy/stack/postgres.py).\n"
     write_atomically(path, text + "\n".join(rows) + "\n", mode=0o600)

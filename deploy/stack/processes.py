@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -28,21 +29,23 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` different TCP ports on 127.0.0.1 that nothing listens on now. The probes stay
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` different TCP ports on `host` that nothing listens on now. The probes stay
     bound until all are chosen: one closed before the next is bound may be handed out again
     (two services of one stack were once given the same port)."""
     with contextlib.ExitStack() as probes:
         sockets = [probes.enter_context(socket.socket()) for _ in range(count)]
         for probe in sockets:
-            probe.bind(("127.0.0.1", 0))
+            probe.bind((host, 0))
         return [probe.getsockname()[1] for probe in sockets]
 
 
-def http_ok(url: str) -> bool:
-    """Whether `url` answers 2xx."""
+def http_ok(url: str, authority: Path | None = None) -> bool:
+    """Whether `url` answers 2xx (over TLS, its certificate checked against `authority`'s, or
+    the system's)."""
+    context = ssl.create_default_context(cafile=authority) if authority else None
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
             return 200 <= response.status < 300
     except (urllib.error.URLError, OSError):
         return False

@@ -10,15 +10,15 @@ import psutil
 from deploy.stack.processes import StackError
 
 
-def code_server_ready(port: int) -> bool:
-    """Whether the code server answers with its loaded code location; StackError with the
-    location's error if it could not load it."""
+def code_server_ready(host: str, port: int) -> bool:
+    """Whether the code server on `host`:`port` answers with its loaded code location;
+    StackError with the location's error if it could not load it."""
     from dagster._api.list_repositories import sync_list_repositories_grpc
     from dagster._core.errors import DagsterUserCodeProcessError, DagsterUserCodeUnreachableError
     from dagster._grpc.client import DagsterGrpcClient
 
     try:
-        sync_list_repositories_grpc(DagsterGrpcClient(port=port, host="127.0.0.1"))
+        sync_list_repositories_grpc(DagsterGrpcClient(port=port, host=host))
     except DagsterUserCodeUnreachableError:  # not listening yet: it is still loading
         return False
     except DagsterUserCodeProcessError as error:

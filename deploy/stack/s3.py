@@ -17,9 +17,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from deploy.stack import tls
 from deploy.stack.processes import StackError, http_ok, write_atomically
 
-# The HTTP and gRPC ports of the gateway and of the parts behind it, all on 127.0.0.1.
+# The HTTP and gRPC ports of the gateway and of the parts behind it, all on the stack's address.
 PORTS = (
     *("s3", "s3_grpc", "s3_master", "s3_master_grpc"),
     *("s3_volume", "s3_volume_grpc", "s3_filer", "s3_filer_grpc"),
@@ -47,16 +48,26 @@ def write_identities(path: Path, access_key: str, secret_key: str) -> None:
     write_atomically(path, json.dumps({"identities": [identity]}, indent=2), mode=0o600)
 
 
-def command(data: Path, logs: Path, identities: Path, ports: Mapping[str, int]) -> list[str]:
-    """`weed server` keeping its data in `data`, its own logs in `logs`, listening on
-    127.0.0.1 only; the Iceberg and Lance catalogs it also offers stay off."""
+def command(
+    data: Path,
+    logs: Path,
+    identities: Path,
+    host: str,
+    ports: Mapping[str, int],
+    certificates: tls.Certificates,
+) -> list[str]:
+    """`weed server` keeping its data in `data`, its own logs in `logs`, listening on `host`
+    only, its S3 gateway over TLS with the stack's server certificate; the Iceberg and Lance
+    catalogs it also offers stay off."""
     return [
         *[str(binary()), f"-logdir={logs}", "-alsologtostderr=false", "server"],
-        *[f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"],
+        *[f"-dir={data}", f"-ip={host}", f"-ip.bind={host}"],
         *[f"-master.port={ports['s3_master']}", f"-master.port.grpc={ports['s3_master_grpc']}"],
         # One master, no peers: it leads at once. Left to elect itself, it waited out an
         # election timeout after every start (a restart, too) before the gateway took a write.
         *["-master.peers=none", f"-master.volumeSizeLimitMB={VOLUME_MB}"],
+        # No usage statistics sent anywhere (on by default).
+        "-master.telemetry=false",
         *[f"-volume.port={ports['s3_volume']}", f"-volume.port.grpc={ports['s3_volume_grpc']}"],
         # On stop, the volume server tells the master and waits for writes to go elsewhere:
         # there is no elsewhere on one machine.
@@ -66,13 +77,14 @@ def command(data: Path, logs: Path, identities: Path, ports: Mapping[str, int]) 
         f"-filer.localSocket={data / 'filer.sock'}",
         *["-s3", f"-s3.port={ports['s3']}", f"-s3.port.grpc={ports['s3_grpc']}"],
         *[f"-s3.config={identities}", f"-s3.localSocket={data / 's3.sock'}"],
+        *[f"-s3.cert.file={certificates.certificate}", f"-s3.key.file={certificates.key}"],
         *["-s3.port.iceberg=0", "-s3.port.lance=0"],
     ]
 
 
-def ready(endpoint: str) -> bool:
+def ready(endpoint: str, authority: Path) -> bool:
     """Whether the gateway answers (its parts may still be joining: `ensure_bucket` waits)."""
-    return http_ok(f"{endpoint}/healthz")
+    return http_ok(f"{endpoint}/healthz", authority)
 
 
 def client(env: Mapping[str, str]):

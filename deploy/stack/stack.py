@@ -1,4 +1,5 @@
-"""The production-shaped stack on one machine: every service a separate process on 127.0.0.1.
+"""The production-shaped stack on one machine: every service a separate process, listening on one
+address (127.0.0.1 unless `FLYWHEEL_STACK_ADDRESS` named another when the stack was made).
 
 PostgreSQL (Dagster's storage, reached through PgBouncer; MLflow's backend store, Optuna's
 studies), an S3-compatible object store (SeaweedFS: landing zone, labeling, DVC remote, MLflow's
@@ -11,9 +12,7 @@ after a crash or a reboot (every part keeps its state on disk as it goes).
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import shutil
 import sys
 import time
@@ -22,8 +21,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from deploy.stack import pgbouncer, postgres, s3, tls
-from deploy.stack.processes import StackError, free_ports, http_ok, write_atomically
+from deploy.stack import pgbouncer, postgres, s3, state, tls
+from deploy.stack.processes import StackError, http_ok, write_atomically
 from deploy.stack.readiness import code_server_ready, daemon_ready
 from deploy.stack.supervisor import Service, Supervisor
 from pipelines.settings import SENSOR_INTERVAL, SETTINGS, environment_of
@@ -83,46 +82,31 @@ class Stack:
 
     @cached_property
     def settings(self) -> dict:
-        """Ports and secrets, chosen once and kept (`stack.json`, readable by its owner only)."""
-        path = self.root / "stack.json"
-        if path.exists():
-            kept = json.loads(path.read_text())
-            # A stack made before a part was added (the pooler, the object store) gets ports for
-            # it, and before the consumers' roles passwords for them, kept too.
-            missing = [name for name in PORTS if name not in kept["ports"]]
-            roles = [role for role in postgres.CONSUMER_ROLES if role not in kept.get("roles", {})]
-            if missing:
-                taken = set(kept["ports"].values())
-                fresh = [p for p in free_ports(len(missing) + len(taken)) if p not in taken]
-                kept["ports"].update(zip(missing, fresh, strict=False))
-            if roles:
-                kept.setdefault("roles", {}).update(
-                    {role: secrets.token_urlsafe(18) for role in roles}
-                )
-            if missing or roles:
-                write_atomically(path, json.dumps(kept, indent=2), mode=0o600)
-            return kept
-        self.root.mkdir(parents=True, exist_ok=True)
-        chosen = {
-            "ports": dict(zip(PORTS, free_ports(len(PORTS)), strict=True)),
-            "postgres_password": secrets.token_urlsafe(18),
-            "roles": {role: secrets.token_urlsafe(18) for role in postgres.CONSUMER_ROLES},
-            "s3_secret": secrets.token_urlsafe(18),
-        }
-        write_atomically(path, json.dumps(chosen, indent=2), mode=0o600)
-        return chosen
+        """Addresses, ports and secrets, chosen once and kept (`stack.json`, readable by its
+        owner only)."""
+        return state.chosen(self.root, PORTS)
+
+    @property
+    def address(self) -> str:
+        """Where the services listen and are reached."""
+        return self.settings.get("address", state.LOOPBACK)
+
+    @property
+    def code_server_address(self) -> str:
+        """Where the code server listens and is reached (the runs it starts are where it is)."""
+        return self.settings.get("code_server_address", self.address)
 
     def environment(self) -> dict[str, str]:
         """The `FLYWHEEL_ENV=prod` settings that point at this stack, given to every process."""
-        chosen = self.settings
+        chosen, host = self.settings, self.address
         ports = chosen["ports"]
-        endpoint = f"http://127.0.0.1:{ports['s3']}"
+        endpoint = f"https://{host}:{ports['s3']}"
         return {
             "FLYWHEEL_ENV": "prod",
             "FLYWHEEL_HOME": str(self.root.parent),
             "DAGSTER_HOME": str(self.dagster_home),
             # Dagster reaches its database through the pooler.
-            "DAGSTER_PG_HOST": "127.0.0.1",
+            "DAGSTER_PG_HOST": host,
             "DAGSTER_PG_PORT": str(ports["pgbouncer"]),
             "DAGSTER_PG_USER": "dagster",
             "DAGSTER_PG_PASSWORD": chosen["roles"]["dagster"],
@@ -136,19 +120,20 @@ class Stack:
             "FLYWHEEL_DVC_REMOTE": f"s3://{BUCKET}/dvc",
             "FLYWHEEL_DVC_REPO": str(self.root / "checkout" / "data"),
             # The warehouse: the stack's PostgreSQL (dbt's `prod` target reads the same).
-            "FLYWHEEL_WAREHOUSE_HOST": "127.0.0.1",
+            "FLYWHEEL_WAREHOUSE_HOST": host,
             "FLYWHEEL_WAREHOUSE_PORT": str(ports["postgres"]),
             "FLYWHEEL_WAREHOUSE_USER": "warehouse",
             "FLYWHEEL_WAREHOUSE_PASSWORD": chosen["roles"]["warehouse"],
             "FLYWHEEL_WAREHOUSE_DATABASE": "warehouse",
-            "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{ports['mlflow']}",
+            "MLFLOW_TRACKING_URI": f"https://{host}:{ports['mlflow']}",
             "FLYWHEEL_OPTUNA_STORAGE": self.postgres_url("optuna"),
-            # Every libpq client (Dagster, dbt, the warehouse, MLflow's store, Optuna) asks for
-            # TLS and checks the server's certificate and name.
+            # Every client of PostgreSQL (Dagster, dbt, the warehouse, MLflow's store, Optuna),
+            # of the object store and of MLflow's server checks the server's certificate and
+            # name (TLS only: none of them listens in plain text).
             **self.certificates.client_environment(),
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
             # Where clients (the daemon-driven simulation) reach the webserver's GraphQL API.
-            "FLYWHEEL_DAGSTER_URL": f"http://127.0.0.1:{ports['webserver']}",
+            "FLYWHEEL_DAGSTER_URL": f"http://{host}:{ports['webserver']}",
             # The code location's settings (pipelines/settings.py), as the shell that starts the
             # stack sets them. On one machine every sensor is evaluated at each pass of the
             # daemon's sensor loop (every 5 s), not every 30-60 s, so a simulated day is not spent
@@ -160,14 +145,14 @@ class Stack:
     def postgres_url(self, role: str | None = None) -> str:
         """The URL of a consumer's `role` to its database; without one, the administrator's URL
         of the server, without a database (the stack's own commands only)."""
-        chosen = self.settings
+        chosen, host = self.settings, self.address
         port = chosen["ports"]["postgres"]
         # psycopg2 (dagster-postgres's driver) for every client; SQLAlchemy 2.1 defaults to 3.
         if role is None:
             password = chosen["postgres_password"]
-            return f"postgresql+psycopg2://{postgres.ROLE}:{password}@127.0.0.1:{port}"
+            return f"postgresql+psycopg2://{postgres.ROLE}:{password}@{host}:{port}"
         password = chosen["roles"][role]
-        return f"postgresql+psycopg2://{role}:{password}@127.0.0.1:{port}/{role}"
+        return f"postgresql+psycopg2://{role}:{password}@{host}:{port}/{role}"
 
     @property
     def certificates(self) -> tls.Certificates:
@@ -181,7 +166,7 @@ class Stack:
         port = self.settings["ports"]["code_server"]
         self.workspace.write_text(
             "# The code location of the stack, served by `dagster code-server start`.\n"
-            "load_from:\n  - grpc_server:\n      host: 127.0.0.1\n"
+            f"load_from:\n  - grpc_server:\n      host: {self.code_server_address}\n"
             f"      port: {port}\n      location_name: flywheel\n"
         )
         lines = "".join(f"{key}={value}\n" for key, value in env.items())
@@ -195,7 +180,7 @@ class Stack:
     def services(self) -> dict[str, Service]:
         """The stack's processes, by name."""
         env, bin_dir = self.environment(), Path(sys.executable).parent
-        ports = self.settings["ports"]
+        ports, host = self.settings["ports"], self.address
         dagster = [str(bin_dir / "dagster")]
         pooler = self.root / "pgbouncer" / "pgbouncer.ini"
         return {
@@ -203,6 +188,7 @@ class Stack:
                 "postgres",
                 postgres.server_command(
                     self.pg_data,
+                    host,
                     ports["postgres"],
                     self.certificates.certificate,
                     self.certificates.key,
@@ -214,13 +200,22 @@ class Stack:
             "pgbouncer": Service(
                 "pgbouncer",
                 pgbouncer.command(pooler),
-                lambda: pgbouncer.ready(ports["pgbouncer"], POOLED, self.settings["roles"][POOLED]),
+                lambda: pgbouncer.ready(
+                    host, ports["pgbouncer"], POOLED, self.settings["roles"][POOLED]
+                ),
                 user=postgres.SERVER_USER,
             ),
             "s3": Service(
                 "s3",
-                s3.command(self.objects, self.supervisor.logs / "s3", self.identities, ports),
-                lambda: s3.ready(env["FLYWHEEL_S3_ENDPOINT_URL"]),
+                s3.command(
+                    self.objects,
+                    self.supervisor.logs / "s3",
+                    self.identities,
+                    host,
+                    ports,
+                    self.certificates,
+                ),
+                lambda: s3.ready(env["FLYWHEEL_S3_ENDPOINT_URL"], self.certificates.authority),
                 # Its parts stop one after the other, the filer after its clients' streams time
                 # out, and the master and the gateway then keep retrying them: what is left to
                 # stop holds nothing unwritten (an object is on disk when acknowledged), so it
@@ -230,11 +225,19 @@ class Stack:
             "mlflow": Service(
                 "mlflow",
                 [
-                    *[str(bin_dir / "mlflow"), "server", "--host", "127.0.0.1"],
+                    # Its uvicorn child outlives a server killed on its own, holding the port.
+                    *[sys.executable, "-m", "deploy.stack.reap", "--service", "mlflow"],
+                    *["--supervisor", self.supervisor.url, "--"],
+                    *[str(bin_dir / "mlflow"), "server", "--host", host],
                     *["--port", str(ports["mlflow"]), "--workers", "1"],
                     *["--artifacts-destination", f"s3://{BUCKET}/mlflow"],
+                    "--uvicorn-opts",
+                    f"--ssl-certfile {self.certificates.certificate} "
+                    f"--ssl-keyfile {self.certificates.key}",
                 ],
-                lambda: http_ok(f"{env['MLFLOW_TRACKING_URI']}/health"),
+                lambda: http_ok(
+                    f"{env['MLFLOW_TRACKING_URI']}/health", self.certificates.authority
+                ),
                 env={
                     # The backend store's URL holds the password: environment, not command line.
                     "MLFLOW_BACKEND_STORE_URI": self.postgres_url("mlflow"),
@@ -248,10 +251,10 @@ class Stack:
                 [
                     *dagster,
                     *["code-server", "start", "-m", "pipelines.definitions", "-a", "defs"],
-                    *["-h", "127.0.0.1", "-p", str(ports["code_server"])],
+                    *["-h", self.code_server_address, "-p", str(ports["code_server"])],
                     *["--location-name", "flywheel"],
                 ],
-                lambda: code_server_ready(ports["code_server"]),
+                lambda: code_server_ready(self.code_server_address, ports["code_server"]),
             ),
             "daemon": Service(
                 "daemon",
@@ -262,9 +265,9 @@ class Stack:
                 "webserver",
                 [
                     *[str(bin_dir / "dagster-webserver"), "-w", str(self.workspace)],
-                    *["-h", "127.0.0.1", "-p", str(ports["webserver"])],
+                    *["-h", host, "-p", str(ports["webserver"])],
                 ],
-                lambda: http_ok(f"http://127.0.0.1:{ports['webserver']}/server_info"),
+                lambda: http_ok(f"{env['FLYWHEEL_DAGSTER_URL']}/server_info"),
             ),
         }
 
@@ -276,8 +279,8 @@ class Stack:
         self.write_files()
         if postgres.init_cluster(self.pg_data, self.settings["postgres_password"]):
             say(f"initialised a PostgreSQL cluster in {self.pg_data}")
-        tls.ensure(self.certificates.folder, postgres.SERVER_USER)
-        postgres.write_hba(self.pg_data)
+        tls.ensure(self.certificates.folder, postgres.SERVER_USER, self.address)
+        postgres.write_hba(self.pg_data, self.clients())
         s3.write_identities(
             self.identities, self.environment()["AWS_ACCESS_KEY_ID"], self.settings["s3_secret"]
         )
@@ -313,12 +316,18 @@ class Stack:
         self.create_dagster_tables()
         pgbouncer.configure(
             self.root / "pgbouncer",
+            self.address,
             self.settings["ports"]["pgbouncer"],
             self.settings["ports"]["postgres"],
             POOLED,
             postgres.scram_secret(self.postgres_url(), POOLED),
             self.certificates,
         )
+
+    def clients(self) -> list[str]:
+        """The addresses PostgreSQL's clients connect from: the services' one (its own clients
+        and the pooler), and the code server's, where the runs are."""
+        return list(dict.fromkeys([self.address, self.code_server_address]))
 
     def create_dagster_tables(self) -> None:
         """Dagster's tables in its database, where they are missing (the stack's instance does not
@@ -364,14 +373,17 @@ class Stack:
 
 def describe(stack: Stack, name: str) -> str:
     """Where a part listens."""
-    ports = stack.settings["ports"]
+    ports, host = stack.settings["ports"], stack.address
     if name == "daemon":
         return "sensors, schedules, run queue, run monitoring"
     if name == "postgres":
-        return f"127.0.0.1:{ports[name]}"
+        return f"{host}:{ports[name]}"
     if name == "pgbouncer":
-        return f"127.0.0.1:{ports[name]} (Dagster's database, pooled)"
+        return f"{host}:{ports[name]} (Dagster's database, pooled)"
     if name == "s3":
-        return f"http://127.0.0.1:{ports[name]} (SeaweedFS, objects in {stack.objects})"
-    scheme = "grpc" if name == "code_server" else "http"
-    return f"{scheme}://127.0.0.1:{ports[name]}"
+        return f"https://{host}:{ports[name]} (SeaweedFS, objects in {stack.objects})"
+    if name == "code_server":
+        return f"grpc://{stack.code_server_address}:{ports[name]}"
+    if name == "mlflow":
+        return f"https://{host}:{ports[name]}"
+    return f"http://{host}:{ports[name]}"

@@ -61,6 +61,11 @@ class Supervisor:
         self.config = self.folder / "supervisord.conf"
         self.socket = self.folder / "supervisord.sock"
 
+    @property
+    def url(self) -> str:
+        """How supervisord names itself to the processes it starts (SUPERVISOR_SERVER_URL)."""
+        return f"unix://{self.socket}"
+
     def log(self, name: str) -> Path:
         return self.logs / f"{name}.log"
 
@@ -168,7 +173,7 @@ class Supervisor:
     def processes(self) -> list[psutil.Process]:
         """Every live process this supervisord started or one of those started: supervisord
         names itself in each service's environment, which their children inherit."""
-        url = f"unix://{self.socket}"
+        url = self.url
 
         def supervised(process: psutil.Process) -> bool:
             try:

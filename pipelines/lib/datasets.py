@@ -110,6 +110,10 @@ class DvcDatasetStore(dg.ConfigurableResource):
 
         # A wrong remote fails here in a second, naming its setting, not after dvc's retries.
         self.check()
+        # A run's working copy is scratch: a pod starts with none, and every version it writes
+        # is pushed to the remote, where everything after reads it (`fetch`).
+        if not (Path(self.repo_dir) / ".dvc").is_dir():
+            init_repository(Path(self.repo_dir))
         folder = Path(self.repo_dir) / "datasets" / name
         if folder.exists():
             shutil.rmtree(folder)
@@ -223,7 +227,15 @@ def read_dvc_hash(pointer: Path) -> str:
 def init_repository(data: Path) -> None:
     """A new DVC repository in `data`: `dvc init --subdir` in a new git repository, no telemetry."""
     data.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["git", "init", "-q"], cwd=data.parent, check=True)
     dvc = dvc_executable()
-    subprocess.run([dvc, "init", "--subdir", "-q"], cwd=data, check=True)
-    subprocess.run([dvc, "config", "core.analytics", "false"], cwd=data, check=True)
+    for command, folder in (
+        (["git", "init", "-q"], data.parent),
+        ([dvc, "init", "--subdir", "-q"], data),
+        ([dvc, "config", "core.analytics", "false"], data),
+    ):
+        # Quiet (a run's output is its log), but an error is shown whole.
+        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise DvcCommandError(
+                f"`{' '.join(command)}` failed in {folder}:\n{done.stdout}{done.stderr}"
+            )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from deploy.secret_scan import SECRET_SETTINGS, SecretScanner
+from deploy.secret_scan import SECRET_SETTINGS, SecretScanner, captured_logs
 from pipelines.settings import environment_of
 
 # Where a secret may be: the variables that carry it to the processes that need it; and the
@@ -46,9 +46,10 @@ def main(home: Path) -> dict:
 
     with dg.DagsterInstance.get() as instance:
         hits = scanner.repository(defs) + scanner.instance(instance)
+        # Wherever the instance keeps them: the stack's, in the object store.
+        hits += scanner.compute_logs(instance)
         runs = len(instance.get_runs())
-    compute_logs = Path(os.environ["DAGSTER_HOME"]) / "storage"
-    hits += scanner.folder(compute_logs)
+        logs = sum(1 for _ in captured_logs(instance))
     hits += scanner.tracking_store(os.environ["MLFLOW_TRACKING_URI"])
     server = mlflow_server(home)
     hits += [
@@ -60,7 +61,7 @@ def main(home: Path) -> dict:
         "hits": [str(hit) for hit in hits],
         "secrets": sorted(secrets),
         "runs": runs,
-        "compute_log_files": sum(1 for p in compute_logs.rglob("*") if p.is_file()),
+        "compute_log_files": logs,
     }
 
 

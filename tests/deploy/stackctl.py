@@ -29,11 +29,13 @@ def stack_env(home: Path) -> dict[str, str]:
     return env
 
 
-def stack(verb: str, home: Path) -> str:
-    """Run `python -m deploy.stack <verb>`; its output (the test fails on a non-zero exit)."""
+def stack(verb: str, home: Path, module: str = "deploy.stack") -> str:
+    """Run `python -m deploy.stack <verb>` (or the same verb of another `module`: the stack with
+    its runs on a host of their own, tests/deploy/runs_host.py); its output (the test fails on a
+    non-zero exit)."""
     env = {**os.environ, "FLYWHEEL_HOME": str(home)}
     done = subprocess.run(
-        [sys.executable, "-m", "deploy.stack", verb],
+        [sys.executable, "-m", module, verb],
         cwd=REPO,
         env=env,
         capture_output=True,

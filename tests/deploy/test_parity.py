@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import psutil
@@ -27,6 +27,7 @@ import yaml
 
 from deploy.stack.stack import SERVICES, Stack
 from pipelines.lib.datasets import init_repository
+from tests.deploy import runs_host
 from tests.deploy.stackctl import crash, passable, stack, stack_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,17 +178,44 @@ def through_the_daemon(played: dict[str, dict]) -> dict:
 @contextmanager
 def stack_played(home: Path, task_file: Path) -> Iterator[dict]:
     """The days played through a stack under `home`, then every process of the stack killed at
-    once and the stack started again; stopped on the way out."""
+    once and the stack started again; stopped on the way out.
+
+    Where the machine allows it (root), the code server, and every run and tuning worker it
+    starts, run on a host of their own (tests/deploy/runs_host.py): a network namespace that
+    reaches the services by a non-loopback address only, a mount namespace where the stack's
+    state is out of sight, an empty working directory."""
     passable(home)
     # The code location's retraining settings come from the shell that starts the stack.
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**BUDGET, "FLYWHEEL_TASK": str(task_file)}.items():
+    with pytest.MonkeyPatch.context() as patch, ExitStack() as scope:
+        isolated = runs_host.available() is None
+        module = "tests.deploy.runs_host" if isolated else "deploy.stack"
+        settings = {**BUDGET, "FLYWHEEL_TASK": str(task_file)}
+        if isolated:
+            namespace = scope.enter_context(runs_host.namespace())
+            settings.update(namespace.environment())
+        for key, value in settings.items():
             patch.setenv(key, value)
         try:
-            stack("up", home)
+            stack("up", home, module)
             env = stack_env(home)
-            loop = simulation(env, "--daemon")
+            with runs_host.Sightings() as sightings:
+                loop = simulation(env, "--daemon")
             supervisor = Stack.of_home(home).supervisor
+            runs_apart = None
+            if isolated:
+                server = supervisor.pid("code_server")
+                runs_apart = {
+                    "netns": runs_host.netns_id(namespace.name),
+                    "seen": sightings.seen,
+                    "code_server": runs_host.namespaces(server),
+                    "pod_view": sorted(
+                        str(p.relative_to(f"/proc/{server}/root{home}"))
+                        for p in Path(f"/proc/{server}/root{home}").rglob("*")
+                        if not p.is_relative_to(f"/proc/{server}/root{home}/.pod")
+                    ),
+                    # What the stack gives every process (its `stack.env`).
+                    "settings": (home / "stack" / "stack.env").read_text(),
+                }
             services = {supervisor.pid(name) for name in SERVICES}
             beside_mlflow = [
                 " ".join(child.cmdline())
@@ -208,8 +236,9 @@ def stack_played(home: Path, task_file: Path) -> Iterator[dict]:
             # object, dataset version and model version still there and readable.
             stores = inventory(env, home / "before")
             killed = crash(home)
-            stack("up", home)
+            stack("up", home, module)
             yield {
+                "runs_apart": runs_apart,
                 **loop,
                 "services": sorted(services),
                 "beside_mlflow": beside_mlflow,
@@ -220,7 +249,7 @@ def stack_played(home: Path, task_file: Path) -> Iterator[dict]:
                 "after_restart": summary(env),
             }
         finally:
-            stack("down", home)
+            stack("down", home, module)
 
 
 def test_the_daemon_driven_stack_plays_the_same_loop_as_the_in_process_driver(
@@ -290,3 +319,36 @@ def test_no_secret_of_the_stack_is_in_sight_but_the_planted_leak(through_the_dae
     assert scan["runs"] == len(through_the_daemon["runs"]) and scan["compute_log_files"] > 10
     pid = scan["planted_pid"]
     assert scan["hits"] == [f"process {pid} (python) command line: FLYWHEEL_WAREHOUSE_PASSWORD"]
+
+
+def test_every_run_ran_on_a_host_that_shares_nothing_with_the_stack_but_the_network(
+    through_the_daemon: dict,
+):
+    apart = through_the_daemon["runs_apart"]
+    if apart is None:
+        pytest.skip(runs_host.available())
+    netns, (server_net, server_mounts) = apart["netns"], apart["code_server"]
+    assert server_net == netns
+    assert server_mounts != runs_host.namespaces(os.getpid())[1]
+    # Each run's process, seen while it ran: in the code server's network and mount namespaces.
+    pids = [pid for pids in through_the_daemon["pids"] for pid in pids]
+    seen = apart["seen"]
+    assert len(pids) == len(through_the_daemon["runs"]) and not set(pids) - set(seen)
+    assert {seen[pid][:2] for pid in pids} == {(netns, server_mounts)}
+    # What a run could see of the stack's files: the two a pod has mounted, nothing else (the
+    # databases' files, the objects, the logs, the settings file); and the dataset's working
+    # copy, which the first retraining made for itself (its versions are in the remote).
+    view = apart["pod_view"]
+    assert "stack/checkout/data/datasets/flights.dvc" in view
+    assert [p for p in view if not p.startswith("stack/checkout")] == [
+        "stack",
+        "stack/dagster",
+        "stack/dagster/dagster.yaml",
+        "stack/tls",
+        "stack/tls/bundle.pem",
+        "stack/tls/ca.crt",
+    ]
+    # The services are reached by the link's address alone, none on the loopback.
+    lines = apart["settings"].splitlines()
+    assert len(lines) > 20
+    assert not [line for line in lines if "127.0.0.1" in line or "localhost" in line]

@@ -173,7 +173,7 @@ def test_a_code_location_that_cannot_load_is_an_error_not_a_ready_code_server():
     try:
         deadline = time.monotonic() + 120
         with pytest.raises(StackError, match=r"could not be loaded(.|\n)*no_such_module"):
-            while not code_server_ready(port):
+            while not code_server_ready("127.0.0.1", port):
                 assert time.monotonic() < deadline, "the code server never answered"
                 time.sleep(0.2)
     finally:
@@ -185,3 +185,33 @@ def test_a_missing_package_is_named_where_it_cannot_be_installed(monkeypatch):
     monkeypatch.setattr(postgres.os, "geteuid", lambda: 1000)  # not root: nothing is installed
     with pytest.raises(StackError, match=r"PgBouncer \(.*\) is not installed: install the `pg"):
         postgres.installed("pgbouncer", lambda: None, "PgBouncer (no pgbouncer on PATH)")
+
+
+def test_a_server_killed_alone_has_the_workers_it_left_stopped_before_it_starts_again(
+    supervisor: Supervisor,
+):
+    # As MLflow's server does: a parent whose child holds the port; it exits if its child cannot.
+    port = free_port()
+    child = [sys.executable, "-c", listening(port)]
+    server = (
+        f"import subprocess, sys, time; child = subprocess.Popen({child!r}); time.sleep(1.5); "
+        "sys.exit(1) if child.poll() is not None else time.sleep(600)"
+    )
+    reaped = [sys.executable, "-m", "deploy.stack.reap", "--service", "server"]
+    command = [*reaped, "--supervisor", supervisor.url, "--", sys.executable, "-c", server]
+    launch(supervisor, Service("server", command, lambda: port_open(port)))
+    assert supervisor.start(Service("server", command, lambda: port_open(port)), timeout_s=30)
+    first = supervisor.pid("server")
+    [worker] = psutil.Process(first).children()
+    os.kill(first, signal.SIGKILL)  # the server alone: its worker lives on, holding the port
+
+    deadline = time.monotonic() + 30
+    # Restarted, and up past its start period (it exits once its worker cannot bind the port).
+    while supervisor.pid("server") in (None, first) or not supervisor.states(["server"])[
+        "server"
+    ].startswith("RUNNING"):
+        assert time.monotonic() < deadline, supervisor.states(["server"])
+        time.sleep(0.5)
+    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+    [again] = psutil.Process(supervisor.pid("server")).children()
+    assert again.pid != worker.pid

@@ -185,6 +185,29 @@ def test_a_version_is_fetched_by_its_hash_alone_through_s3(dvc_repo, s3_env, tmp
     assert [p.name for p in (pod / "cache").iterdir()] == [newest.name] != [folder.name]
 
 
+def test_a_run_with_no_working_copy_saves_a_version_another_fetches(s3_env, tmp_path, capfd):
+    # A run's pod starts from the image: the repository's folder may not be there at all.
+    remote = f"s3://{s3_env.bucket}/dvc"
+    frame = pd.DataFrame({"flight_id": ["a", "b"], "is_late": [True, False]})
+    scratch = tmp_path / "pod" / "checkout" / "data"
+    store = DvcDatasetStore(
+        repo_dir=str(scratch), remote_url=remote, endpoint_url=s3_env.endpoint_url
+    )
+    version = store.save("flights", {"train": frame})
+    assert (scratch / ".dvc").is_dir()
+    assert capfd.readouterr() == ("", "")  # the repository made without a word
+    again = store.save("flights", {"train": frame})  # the working copy made once is reused
+    assert again.dvc_hash == version.dvc_hash
+    fetcher = DvcDatasetStore(
+        repo_dir=str(tmp_path / "elsewhere"),
+        remote_url=remote,
+        endpoint_url=s3_env.endpoint_url,
+        cache_dir=str(tmp_path / "cache"),
+    )
+    folder = fetcher.fetch(version.dvc_hash)
+    assert sha256(folder / "train.parquet") == sha256(version.files["train"])
+
+
 def test_a_hash_missing_from_the_remote_is_a_clear_error(s3_env, tmp_path):
     fetcher = DvcDatasetStore(
         repo_dir=str(tmp_path / "none"),
