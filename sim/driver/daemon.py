@@ -29,6 +29,7 @@ import dagster as dg
 from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.scheduler.instigation import InstigatorStatus, TickStatus
 
+from pipelines.defs.runs.sensors import retry_launch_failed
 from pipelines.settings import DAGSTER_URL
 from sim.driver.executor import RunFailedError, RunSummary, TickReport, failure_message
 from sim.driver.in_process import (
@@ -215,6 +216,10 @@ class DaemonDriver(Driver):
             elif run.status == dg.DagsterRunStatus.FAILURE and run.run_id not in parents:
                 if run.tags.get("dagster/will_retry") == "true":
                     pending.append(f"the retry of failed run {run.run_id} of {run.job_name}")
+                elif retry_launch_failed(self.instance, run):
+                    # Dagster could not launch it (the code server was down): the missed-retry
+                    # sensor asks for it once the code location is back.
+                    pending.append(f"the missed retry of failed run {run.run_id} of {run.job_name}")
                 else:
                     raise RunFailedError(self._failure(run))
             last_end = max(last_end, record.end_time or 0)

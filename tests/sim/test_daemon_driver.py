@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 
 import sim.driver.daemon
+from pipelines.defs.runs.sensors import RETRY_FAILED_MESSAGE
 from pipelines.lib.runs import RETRAINING_JOB, TASK_TAG
 from sim.driver.daemon import DaemonDriver
 from sim.driver.executor import RunFailedError
@@ -47,7 +48,9 @@ def driver():
         name=RETRAINING_SCHEDULE, job=retraining, cron_schedule="@weekly"
     )
     defs = dg.Definitions(jobs=[retraining], schedules=[schedule])
-    with dg.instance_for_test() as instance:
+    # The stack's retry policy: one retry of a failed run.
+    retries = {"run_retries": {"enabled": True, "max_retries": 1}}
+    with dg.instance_for_test(overrides=retries) as instance:
         webserver = FinishingWebserver(instance)
         yield DaemonDriver(defs, instance, webserver, land=print, deliver_labels=print)
 
@@ -75,3 +78,15 @@ def test_a_failed_run_that_will_not_be_retried_stops_the_drive(driver):
     driver.webserver.status = dg.DagsterRunStatus.FAILURE
     with pytest.raises(RunFailedError, match="will not be retried"):
         driver.retrain("drift", date(2013, 3, 4))
+
+
+def test_a_failed_run_whose_retry_dagster_failed_to_launch_is_still_pending(driver):
+    # The code server was down when Dagster's run-retry daemon tried: it recorded so and gave
+    # up on the run; the missed-retry sensor will ask for the retry once the location is back.
+    driver.webserver.status = dg.DagsterRunStatus.FAILURE
+    run_id = driver.webserver.launch(RETRAINING_JOB, {}, {})
+    run = driver.instance.get_run_by_id(run_id)
+    driver.instance.report_engine_event(RETRY_FAILED_MESSAGE, run)
+    driver.instance.add_run_tags(run_id, {"dagster/will_retry": "false"})
+    [pending] = driver._pending(driver._records())
+    assert pending.startswith(f"the missed retry of failed run {run_id}")

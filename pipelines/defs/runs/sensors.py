@@ -59,11 +59,17 @@ def missed_retries(
         if AUTO_RETRY_RUN_TAG not in run.tags and not _retried(instance, run):
             yield run
     for run in _failed(instance, now, task_name, "false", 0.0):
-        # Retries spent (the retry of a bad file fails too), the usual case, is read first.
-        if retry_tags(instance, run) is None or _retried(instance, run):
-            continue
-        if _retry_failed(instance, run):
+        if retry_launch_failed(instance, run):
             yield run
+
+
+def retry_launch_failed(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """Whether `run` failed, has retries left and no retry, and Dagster failed to launch its
+    retry: the missed-retry sensor asks for it."""
+    # Retries spent (the retry of a bad file fails too), the usual case, is read first.
+    if retry_tags(instance, run) is None or _retried(instance, run):
+        return False
+    return _retry_failed(instance, run)
 
 
 def _failed(
