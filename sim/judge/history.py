@@ -66,6 +66,29 @@ def retrainings(instance: dg.DagsterInstance, task_name: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def trainings(instance: dg.DagsterInstance, task_name: str) -> pd.DataFrame:
+    """Each challenger trained or reused by `task_name`'s retraining runs: its event day and
+    version, whether a shared model cache held it (`model_cache`: hit, stored or off) and the
+    seconds its training took in the run that trained it (`training_s`), so a reused model
+    counts what it cost once."""
+    challengers = _by_run(instance, task_name, "challenger_model")
+    rows = []
+    records = instance.get_run_records(task_runs(task_name, RETRAINING_JOB), ascending=True)
+    for record in records:
+        challenger = challengers.get(record.dagster_run.run_id)
+        if challenger is None:
+            continue
+        rows.append(
+            {
+                "event_day": record.dagster_run.tags.get("flywheel/event_day", ""),
+                "version": challenger.get("registered_model_version", ""),
+                "model_cache": challenger.get("model_cache", "off"),
+                "training_s": challenger.get("training_seconds", np.nan),
+            }
+        )
+    return pd.DataFrame(rows, columns=["event_day", "version", "model_cache", "training_s"])
+
+
 def label_spend(defs: dg.Definitions, judged: Judged) -> pd.DataFrame:
     """Label tasks exported per selection reason, and how many came back labelled."""
     task, example_id = judged.task, judged.spec.example_id

@@ -29,10 +29,14 @@ class Play:
     retrainings: pd.DataFrame
     labels: pd.DataFrame
     wall_s: float
+    # The challengers' training seconds and cache use (sim.judge.history.trainings), if known.
+    trainings: pd.DataFrame | None = None
 
     def counts(self) -> dict[str, float]:
-        """Labels that came back, retrainings after the first model by trigger, promotions, and
-        seconds in retraining runs (the first model's included)."""
+        """Labels that came back, retrainings after the first model by trigger, promotions,
+        seconds in retraining runs and in training their models, each model counted once at what
+        its training cost (the first model's included), and the models reused from the shared
+        cache."""
         runs = self.retrainings
         after = runs[runs.trigger != "bootstrap"] if len(runs) else runs
         by_trigger = after.trigger.value_counts().to_dict() if len(after) else {}
@@ -41,7 +45,16 @@ class Play:
             "retrainings": len(after),
             "promoted": int((after.decision == "promoted").sum()) if len(after) else 0,
             "retraining_s": float(runs.seconds.sum()) if len(runs) else 0.0,
+            **self._training(),
             **{f"trigger/{k}": v for k, v in by_trigger.items()},
+        }
+
+    def _training(self) -> dict[str, float]:
+        if self.trainings is None:
+            return {"training_s": float("nan"), "reused": float("nan")}
+        return {
+            "training_s": float(self.trainings.training_s.sum()),
+            "reused": int((self.trainings.model_cache == "hit").sum()),
         }
 
 
@@ -66,7 +79,9 @@ def summary(plays: list[Play], cadences: list[str]) -> pd.DataFrame:
     for policy in dict.fromkeys(p.policy for p in plays):
         own = [p for p in plays if p.policy == policy]
         weekly = pd.concat([p.weekly for p in own], ignore_index=True)
-        counts = pd.DataFrame([p.counts() for p in own]).fillna(0).mean()
+        counts = pd.DataFrame([p.counts() for p in own])
+        # A trigger a play never fired counted 0 times; seconds unknown stay unknown.
+        counts = counts.fillna({c: 0 for c in counts if c.startswith("trigger/")}).mean()
         triggers = {k.removeprefix("trigger/"): v for k, v in counts.items() if "/" in k}
         row = {
             "policy": policy,
@@ -80,6 +95,8 @@ def summary(plays: list[Play], cadences: list[str]) -> pd.DataFrame:
             or "-",
             "promoted": counts["promoted"],
             "retraining_s": round(counts["retraining_s"]),
+            "training_s": counts["training_s"],
+            "reused": counts["reused"],
             "wall_s": round(sum(p.wall_s for p in own)),
         }
         if policy in regrets.index:
@@ -146,7 +163,9 @@ def write(
         "first), then per play on average: labels that came back, retrainings after the first "
         "model by trigger, how many the gate promoted, seconds in retraining runs (the first "
         "model's included; a run that reused a model from the comparison's shared folder of "
-        "models counts its own seconds, not the training's). `regret`: the best fixed "
+        "models counts its own seconds, not the training's), `training_s`: seconds training "
+        "the policy's models, each at what its training cost in the play that trained it, "
+        "`reused`: models the play took from the shared folder. `regret`: the best fixed "
         "cadence's mean weekly AUC in hindsight minus the policy's, paired by seed and week, "
         "with its 95% interval (`regret_low`, `regret_high`). `wall_s`: the plays' "
         "simulations, summed over resumed attempts." + _baselines(weekly) + "\n\n" + _table(table),
@@ -191,4 +210,13 @@ def read_play(folder: Path, policy: str, seed: int, wall_s: float) -> Play | str
         if not path.exists():
             return f"no {path.name} in {folder}"
         tables[name] = pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
-    return Play(policy, seed, tables["weekly"], tables["retrainings"], tables["labels"], wall_s)
+    trainings = folder / "trainings.csv"
+    return Play(
+        policy,
+        seed,
+        tables["weekly"],
+        tables["retrainings"],
+        tables["labels"],
+        wall_s,
+        pd.read_csv(trainings) if trainings.exists() else None,
+    )

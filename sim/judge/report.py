@@ -31,7 +31,7 @@ from pipelines.task import load_task
 from sim.judge import alarms
 from sim.judge.baseline_fits import BaselineFits
 from sim.judge.examples import Judged
-from sim.judge.history import label_spend, resource, retrainings
+from sim.judge.history import label_spend, resource, retrainings, trainings
 from sim.judge.reference import Fitted, period_end
 
 
@@ -367,4 +367,7 @@ def write_report(
     markdown.write_text(text + "\n")
     for name, frame in (("weekly", weekly), ("retrainings", runs), ("labels", labels)):
         frame.to_csv(out_dir / f"{name}.csv", index=False)
+    # The seconds of machine the models took, apart from the tables a report compares cell by
+    # cell (bench.same_report): a policy comparison's compute.
+    trainings(instance, task_name).to_csv(out_dir / "trainings.csv", index=False)
     return Report(weekly, runs, labels, verdicts, markdown, plot, judged.period_name)

@@ -63,6 +63,17 @@ def test_policies_play_on_their_own_state_and_a_killed_compare_resumes(
         assert (home / "dagster" / "dagster.yaml").exists()
         assert list((home / "checkout" / "data" / "datasets").glob("*.dvc"))
 
+    # The first model, trained on the same labels with the same seed, trained once: by static,
+    # the first policy to ask; drift took it from the comparison's shared folder of models.
+    static_models, drift_models = (
+        pd.read_csv(out / policy / "seed-0" / "report" / "trainings.csv")
+        for policy in ("static", "drift")
+    )
+    assert static_models.model_cache.tolist() == ["stored"]
+    assert drift_models.model_cache.iloc[0] == "hit"
+    assert drift_models.training_s.iloc[0] == static_models.training_s.iloc[0]
+    assert drift.dataset.iloc[0] == static.dataset.iloc[0]
+
     own = pd.read_csv(out / "static" / "seed-0" / "report" / "weekly.csv")
     np.testing.assert_allclose(own.flywheel, own.static)  # its champion never changed
     weekly = pd.read_csv(out / "report" / "weekly.csv")

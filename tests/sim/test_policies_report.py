@@ -33,7 +33,17 @@ def play(policy: str, seed: int, auc: list[float], triggers: list[str]) -> Play:
         }
     )
     labels = pd.DataFrame({"reason": ["audit"], "exported": [100], "labelled": [90 + seed]})
-    return Play(policy, seed, weekly, runs, labels, wall_s=60.0)
+    # The first model of seed 1 was trained by the first policy that asked (static), then reused.
+    reused = seed == 1 and policy != "static"
+    trainings = pd.DataFrame(
+        {
+            "event_day": "2013-09-01",
+            "version": range(1, len(runs) + 1),
+            "model_cache": ["hit" if reused else "stored"] + ["stored"] * len(triggers),
+            "training_s": 8.0,
+        }
+    )
+    return Play(policy, seed, weekly, runs, labels, wall_s=60.0, trainings=trainings)
 
 
 def plays() -> list[Play]:
@@ -64,6 +74,9 @@ def test_a_row_per_policy_over_its_seeds_with_regret() -> None:
     assert table.loc["flywheel", "by_trigger"] == "drift 1, schedule 1"
     assert table.loc["static", "labels"] == 90  # 90.5 rounded to even
     assert table.loc["flywheel", "wall_s"] == 120
+    # Each model at what its training cost once, a reused one included; half the plays reused.
+    assert table.loc["every-3d", "training_s"] == 8.0 * 7.5
+    assert table.loc["every-3d", "reused"] == 0.5 and table.loc["static", "reused"] == 0
 
 
 def test_the_weekly_table_averages_the_seeds_beside_the_baselines() -> None:
@@ -96,10 +109,13 @@ def test_the_report_holds_the_paired_tables(tmp_path) -> None:
     assert (tmp_path / "report" / "weekly_auc.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_without_a_cadence_there_is_no_regret(tmp_path) -> None:
+def test_without_a_cadence_there_is_no_regret_and_unknown_seconds_stay_unknown() -> None:
     some = [p for p in plays() if p.policy in ("static", "flywheel")]
+    for p in some:
+        p.trainings = None  # a play reported before the seconds of its models were
     table = summary(some, ["every-3d"])
     assert "regret" not in table
+    assert table.training_s.isna().all() and (table.retrainings.notna()).all()
 
 
 def test_a_play_without_its_tables_says_what_is_missing(tmp_path) -> None:
