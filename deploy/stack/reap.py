@@ -18,27 +18,12 @@ import sys
 
 import psutil
 
-
-def leftovers(service: str, supervisor: str) -> list[psutil.Process]:
-    """The live processes, but this one, that supervisord `supervisor` started as `service` or
-    that one of those started."""
-    found = []
-    for process in psutil.process_iter():
-        if process.pid == os.getpid():
-            continue
-        try:
-            environment = process.environ()
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-        named = environment.get("SUPERVISOR_PROCESS_NAME") == service
-        if named and environment.get("SUPERVISOR_SERVER_URL") == supervisor:
-            found.append(process)
-    return found
+from deploy.stack.supervisor import supervised
 
 
 def stop_leftovers(service: str, supervisor: str) -> list[int]:
     """Kill the leftovers of `service`; their pids."""
-    found = leftovers(service, supervisor)
+    found = supervised(supervisor, service)
     for process in found:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()

@@ -89,12 +89,12 @@ class Stack:
     @property
     def address(self) -> str:
         """Where the services listen and are reached."""
-        return self.settings.get("address", state.LOOPBACK)
+        return self.settings["address"]
 
     @property
     def code_server_address(self) -> str:
         """Where the code server listens and is reached (the runs it starts are where it is)."""
-        return self.settings.get("code_server_address", self.address)
+        return self.settings["code_server_address"]
 
     def environment(self) -> dict[str, str]:
         """The `FLYWHEEL_ENV=prod` settings that point at this stack, given to every process."""

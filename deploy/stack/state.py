@@ -40,7 +40,10 @@ def chosen(root: Path, ports: Sequence[str]) -> dict:
         write_atomically(path, json.dumps(made, indent=2), mode=0o600)
         return made
     kept = json.loads(path.read_text())
-    address = kept.get("address", LOOPBACK)
+    # A stack made before it had an address of its own listens on the loopback.
+    addressed = "address" in kept
+    address = kept.setdefault("address", LOOPBACK)
+    kept.setdefault("code_server_address", address)
     missing = [name for name in ports if name not in kept["ports"]]
     roles = [role for role in postgres.CONSUMER_ROLES if role not in kept.get("roles", {})]
     if missing:
@@ -49,7 +52,7 @@ def chosen(root: Path, ports: Sequence[str]) -> dict:
         kept["ports"].update(zip(missing, fresh, strict=False))
     if roles:
         kept.setdefault("roles", {}).update({role: secrets.token_urlsafe(18) for role in roles})
-    if missing or roles:
+    if missing or roles or not addressed:
         write_atomically(path, json.dumps(kept, indent=2), mode=0o600)
     asked = STACK_ADDRESS.get()
     if asked and asked != address:

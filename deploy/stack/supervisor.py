@@ -51,6 +51,24 @@ class Service:
     stop_wait_s: int = 30
 
 
+def supervised(url: str, service: str | None = None) -> list[psutil.Process]:
+    """Every live process, but this one, that the supervisord of `url` started (as `service`, if
+    named) or that one of those started: supervisord names itself and the service in each
+    service's environment, which their children inherit. Another user's are not readable."""
+    found = []
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
+            continue
+        try:
+            environment = process.environ()
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        ours = environment.get("SUPERVISOR_SERVER_URL") == url
+        if ours and service in (None, environment.get("SUPERVISOR_PROCESS_NAME")):
+            found.append(process)
+    return found
+
+
 class Supervisor:
     """supervisord for the services of the stack whose state is under `root`."""
 
@@ -173,15 +191,7 @@ class Supervisor:
     def processes(self) -> list[psutil.Process]:
         """Every live process this supervisord started or one of those started: supervisord
         names itself in each service's environment, which their children inherit."""
-        url = self.url
-
-        def supervised(process: psutil.Process) -> bool:
-            try:
-                return process.environ().get("SUPERVISOR_SERVER_URL") == url
-            except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
-                return False
-
-        return [process for process in psutil.process_iter() if supervised(process)]
+        return supervised(self.url)
 
     def leftovers(self) -> list[int]:
         """Stop the services a supervisord that died left running (they hold the ports and the
