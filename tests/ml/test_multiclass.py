@@ -58,14 +58,20 @@ def rated() -> dict[str, pd.DataFrame]:
 
 
 @pytest.fixture(scope="module")
-def trained(rated: dict[str, pd.DataFrame], tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The checkpoint of a small network trained for a few epochs on the rated splits."""
+def training(rated: dict[str, pd.DataFrame], tmp_path_factory: pytest.TempPathFactory):
+    """A small network trained for a few epochs on the rated splits (bf16 on a GPU)."""
     datamodule = TabularDataModule(rated["train"], rated["val"], features=FEATURES, batch_size=256)
     directory = tmp_path_factory.mktemp("multiclass")
     config = TrainConfig(max_epochs=6, batch_size=256, lr=1e-2, checkpoint_dir=str(directory))
     result = train(datamodule, SMALL, config)
     assert result.best_checkpoint is not None
-    return result.best_checkpoint
+    return result
+
+
+@pytest.fixture(scope="module")
+def trained(training) -> str:
+    """The checkpoint of that network."""
+    return training.best_checkpoint
 
 
 def test_classes_are_validated_and_give_the_outputs() -> None:
@@ -170,7 +176,7 @@ def test_an_ensemble_averages_class_probabilities_and_sums_member_losses() -> No
 
 
 def test_a_small_network_learns_beyond_the_class_prior(
-    trained: str, rated: dict[str, pd.DataFrame]
+    training, trained: str, rated: dict[str, pd.DataFrame]
 ) -> None:
     predictor = load_predictor(trained)
     assert predictor.classes == RATINGS
@@ -187,7 +193,8 @@ def test_a_small_network_learns_beyond_the_class_prior(
     score = predictor.predict_score(rated["test"])
     np.testing.assert_allclose(score, score_of(probs))
     assert score.min() >= 0 and score.max() <= 1 and score.std() > 0.02
-    # The logged validation log loss is the metric's on the validation rows.
+    # The logged validation log loss is the metric's on the validation rows: to rounding in
+    # fp32; under bf16 autocast (a GPU) the logged forward rounds to bf16, the predictor's not.
     module = predictor.module
     val = rated["val"]
     history = torch.load(trained, weights_only=False)["callbacks"]
@@ -195,7 +202,8 @@ def test_a_small_network_learns_beyond_the_class_prior(
     best = min(records, key=lambda r: r["val/logloss"])
     y_val = class_indices(val["rating"], RATINGS)
     assert best["val/logloss"] == pytest.approx(
-        multiclass_logloss(y_val, predictor.predict_proba(val)), abs=1e-5
+        multiclass_logloss(y_val, predictor.predict_proba(val)),
+        abs=1e-5 if training.precision == "32-true" else 2e-3,
     )
     assert module.hparams["n_outputs"] == K
 
