@@ -35,14 +35,22 @@ from sim.world.label_studio_server import LabelStudioServerError, LocalLabelStud
 from sim.world.replay import day_bounds, land_days
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+def _whole(minimum: int):
+    """A whole number of at least `minimum`, as argparse's `type`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
+_positive_int, _seed = _whole(1), _whole(0)
 
 
 def _iso_day(text: str) -> date:
@@ -57,16 +65,6 @@ def _drift(text: str) -> PlantedDrift:
         return parse_drift(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
 
 
 def _policies(text: str) -> list[str]:
@@ -219,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
         "of the same seed (default 3)",
     )
     compare.add_argument(
+        "--jobs",
+        type=_positive_int,
+        help="plays at a time, each on its share of the cores (default: one per core, at "
+        "most four)",
+    )
+    compare.add_argument(
         "--out",
         type=Path,
         help="the policies' state folders and the report (default: $FLYWHEEL_HOME/compare)",
@@ -289,26 +293,6 @@ def run_logged(days: int, start: date | None, options: RunOptions) -> int:
             return 1
         finally:
             say(f"logs: {log}")
-
-
-def compare_policies(args: argparse.Namespace) -> int:
-    """`flywheel-sim compare`: every policy's simulation, then the comparison's report."""
-    from sim.driver.compare import PolicyFailedError, compare
-
-    options = play_options(args)
-    days_to_play(args.days, args.start)  # a start outside the task is a usage error
-    out = (args.out or flywheel_home() / "compare").resolve()
-    try:
-        markdown, summary = compare(
-            args.days, args.start, options, args.policies, out, range(args.seeds)
-        )
-    except PolicyFailedError as e:
-        say(f"error: {e}", error=True)
-        return 1
-    say(summary.to_markdown(index=False, floatfmt=".3f"))
-    say(f"report: {markdown} and {markdown.parent / 'weekly_auc.png'}")
-    say(f"see a play's runs and assets: make dev FLYWHEEL_HOME={out}/<policy>/seed-<seed>")
-    return 0
 
 
 def label_studio(action: str, port: int) -> int:
@@ -389,7 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return run_logged(args.days, args.start, options)
         if args.command == "compare":
-            return compare_policies(args)
+            from sim.driver.compare import compare_command
+
+            return compare_command(args)
         if args.command == "annotators":
             serve(flywheel_home(), annotators_for(label_exchange(), latency_days=1))
             return 0

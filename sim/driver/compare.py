@@ -14,6 +14,10 @@ The comparison then reads every play's report tables and writes one report
 (sim.judge.policies): per policy over its seeds, its regret against the best fixed cadence in
 hindsight, and paired weekly differences with their intervals.
 
+Plays run `jobs` at a time, each pinned to its share of the machine's cores (its training's
+threads too), the first model of every seed first: a seed's later plays find it in the shared
+folder rather than training it again side by side.
+
 A play whose simulation was killed resumes where it stopped when the same comparison is asked
 for again, more seeds or policies added; a folder holding a comparison of other days is
 refused, never mixed in.
@@ -21,24 +25,29 @@ refused, never mixed in.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 
 import pandas as pd
 
-from pipelines.settings import REPO_ROOT
+from pipelines.settings import REPO_ROOT, flywheel_home
+from sim.driver.budget import play_options
 from sim.driver.console import say
 from sim.driver.in_process import CADENCES, describe_policy
-from sim.driver.simulation import STATE_PATHS, RunOptions, UsageError, own_state
+from sim.driver.simulation import STATE_PATHS, RunOptions, UsageError, days_to_play, own_state
 from sim.judge.policies import Play, read_play, write
 
 STATE = "compare.json"
@@ -119,21 +128,58 @@ def _arguments(
     return args if baselines else [*args, "--no-baselines"]
 
 
-def environment(home: Path) -> dict[str, str]:
-    """The environment of a policy's simulation: this one, with a state of its own under `home`."""
+THREAD_POOLS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def environment(home: Path, cores: list[int] | None = None) -> dict[str, str]:
+    """The environment of a policy's simulation: this one, with a state of its own under `home`;
+    with `cores`, the thread pools (OpenMP, BLAS) sized to them."""
     inherited = {k: v for k, v in os.environ.items() if k not in STATE_PATHS}
-    return {**inherited, **own_state(home)}
+    pools = {name: str(len(cores)) for name in THREAD_POOLS} if cores else {}
+    return {**inherited, **own_state(home), **pools}
+
+
+def machine_cores() -> list[int]:
+    """The cores this process may run on (a cpuset, taskset), else all of the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def core_slots(jobs: int, cores: list[int] | None = None) -> list[list[int]]:
+    """The cores of each of `jobs` plays running at once: an equal share each, the remainder
+    to the first; with more plays than cores, plays share a core each in turn."""
+    cores = cores if cores is not None else machine_cores()
+    if jobs >= len(cores):
+        return [[cores[i % len(cores)]] for i in range(jobs)]
+    size, extra = divmod(len(cores), jobs)
+    slots, at = [], 0
+    for i in range(jobs):
+        width = size + (1 if i < extra else 0)
+        slots.append(cores[at : at + width])
+        at += width
+    return slots
+
+
+def default_jobs() -> int:
+    """Plays at once by default: one per core, at most four (each play holds its own
+    warehouse, Dagster instance and models in memory)."""
+    return max(1, min(4, len(machine_cores())))
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _die_with_parent(parent: int) -> Callable[[], None]:
-    """In the child, before it runs the simulation: ask Linux to kill it when its parent dies. A
-    compare killed with SIGKILL would otherwise leave its policy's simulation running, and the
-    same command run again would start a second one on the same state."""
+def _die_with_parent(parent: int, cores: list[int] | None) -> Callable[[], None]:
+    """In the child, before it runs the simulation: pin it to `cores`, and ask Linux to kill it
+    when its parent dies. A compare killed with SIGKILL would otherwise leave its policy's
+    simulation running, and the same command run again would start a second one on the same
+    state. (Linux sends that signal when the thread that started the child ends: each play's
+    thread waits for its child.)"""
 
     def arm() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
@@ -143,10 +189,17 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
     return arm
 
 
-def play(comparison: Comparison, policy: str, seed: int, out: Path, baselines: bool) -> float:
-    """Play `policy`'s simulation with `seed` in its own process and state folder; its day lines
-    are shown prefixed by the policy (and the seed, if not 0). Returns its wall seconds; raises
-    naming the policy if it fails."""
+def play(
+    comparison: Comparison,
+    policy: str,
+    seed: int,
+    out: Path,
+    baselines: bool,
+    cores: list[int] | None = None,
+) -> float:
+    """Play `policy`'s simulation with `seed` in its own process and state folder (on `cores`,
+    if given); its day lines are shown prefixed by the policy (and the seed, if not 0). Returns
+    its wall seconds; raises naming the policy if it fails."""
     home = home_of(out, policy, seed)
     args = _arguments(comparison, policy, seed, home / "report", baselines, out / MODELS)
     prefix = policy if seed == 0 else f"{policy} seed {seed}"
@@ -155,12 +208,12 @@ def play(comparison: Comparison, policy: str, seed: int, out: Path, baselines: b
     with subprocess.Popen(
         command,
         cwd=REPO_ROOT,
-        env=environment(home),
+        env=environment(home, cores),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
-        preexec_fn=_die_with_parent(os.getpid()) if sys.platform == "linux" else None,
+        preexec_fn=_die_with_parent(os.getpid(), cores) if sys.platform == "linux" else None,
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
@@ -201,6 +254,13 @@ def _intro(out: Path, comparison: Comparison, policies: list[str], seeds: list[i
     )
 
 
+def order_of_play(policies: list[str], seeds: list[int]) -> list[tuple[str, int]]:
+    """Policy by policy, each with every seed: plays running side by side then hold different
+    seeds, so each seed's first model trains once, in the first of its plays, and the seed's
+    later plays take it from the shared folder."""
+    return [(policy, seed) for policy in policies for seed in seeds]
+
+
 def compare(
     days: int,
     start: date,
@@ -208,24 +268,73 @@ def compare(
     policies: list[str],
     out: Path,
     seeds: Iterable[int] = (0,),
+    jobs: int = 1,
 ) -> tuple[Path, pd.DataFrame]:
-    """Play every policy with every seed, seed by seed (each play resumed where a killed run
-    stopped), then write the report; the report and its summary table. The baselines are
-    trained once, in the seed 0 play of the flywheel policy (else of the first)."""
+    """Play every policy with every seed, `jobs` plays at a time (each resumed where a killed
+    run stopped), then write the report; the report and its summary table. The baselines are
+    trained once, in the seed 0 play of the flywheel policy (else of the first). A failed play
+    lets the running ones finish, starts no other, and is raised."""
     comparison = comparison_of(start, days, options)
     state = _state(out, comparison)
     seeds = list(seeds)
     trains_baselines = "flywheel" if "flywheel" in policies else policies[0]
-    plays = []
-    total = len(policies) * len(seeds)
-    for seed in seeds:
-        for policy in policies:
-            say(f"play {len(plays) + 1}/{total}: {policy}, seed {seed} ({describe_policy(policy)})")
+    order = order_of_play(policies, seeds)
+    jobs = max(1, min(jobs, len(order)))
+    slots: queue.Queue[list[int] | None] = queue.Queue()
+    for cores in core_slots(jobs) if jobs > 1 else [None]:
+        slots.put(cores)
+    lock = threading.Lock()
+    started = iter(range(1, len(order) + 1))
+
+    def one(policy: str, seed: int) -> Play:
+        cores = slots.get()
+        try:
+            with lock:
+                number = next(started)
+            say(
+                f"play {number}/{len(order)}: {policy}, seed {seed} "
+                f"({describe_policy(policy)})" + (f" on cores {cores}" if cores else "")
+            )
             baselines = policy == trains_baselines and seed == seeds[0]
-            seconds = play(comparison, policy, seed, out, baselines)
-            key = f"{policy}/{seed}"
+            seconds = play(comparison, policy, seed, out, baselines, cores)
+        finally:
+            slots.put(cores)
+        key = f"{policy}/{seed}"
+        with lock:
             state["wall_s"][key] = state["wall_s"].get(key, 0.0) + seconds
             (out / STATE).write_text(json.dumps(state, indent=1))
-            plays.append(read_result(out, policy, seed, state["wall_s"][key]))
+            total = state["wall_s"][key]
+        return read_result(out, policy, seed, total)
+
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="play") as pool:
+        futures = {pool.submit(one, policy, seed): (policy, seed) for policy, seed in order}
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in done if f.exception() is not None]
+        if failed:
+            for future in pending:
+                future.cancel()
+            wait(pending)
+            raise failed[0].exception()  # type: ignore[misc]
+    results = {futures[f]: f.result() for f in futures}
+    plays = [results[(policy, seed)] for seed in seeds for policy in policies]
     cadences = [p for p in policies if p in CADENCES]
     return write(out, _intro(out, comparison, policies, seeds), plays, cadences)
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    """`flywheel-sim compare`: every policy's simulation, then the comparison's report."""
+    options = play_options(args)
+    days_to_play(args.days, args.start)  # a start outside the task is a usage error
+    out = (args.out or flywheel_home() / "compare").resolve()
+    try:
+        jobs = args.jobs or default_jobs()
+        markdown, summary = compare(
+            args.days, args.start, options, args.policies, out, range(args.seeds), jobs
+        )
+    except PolicyFailedError as e:
+        say(f"error: {e}", error=True)
+        return 1
+    say(summary.to_markdown(index=False, floatfmt=".3f"))
+    say(f"report: {markdown} and {markdown.parent / 'weekly_auc.png'}")
+    say(f"see a play's runs and assets: make dev FLYWHEEL_HOME={out}/<policy>/seed-<seed>")
+    return 0

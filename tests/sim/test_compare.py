@@ -7,6 +7,7 @@ its first model.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -240,3 +241,33 @@ def killed_in_its_third_day(args: list[str], out: Path) -> None:
     while live_simulations(out):
         assert time.monotonic() < deadline, "the simulation outlived the compare that started it"
         time.sleep(0.05)
+
+
+def test_plays_at_once_share_the_cores_and_a_seeds_first_model_trains_once() -> None:
+    from sim.driver.compare import core_slots, order_of_play
+
+    assert core_slots(1, [0, 1]) == [[0, 1]]
+    assert core_slots(2, [0, 1]) == [[0], [1]]
+    assert core_slots(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]
+    assert core_slots(3, [4, 5]) == [[4], [5], [4]]  # more plays than cores: they share
+    # Side by side, plays hold different seeds: no two train the same first model at once.
+    order = order_of_play(["static", "flywheel"], [0, 1, 2])
+    assert order[:3] == [("static", 0), ("static", 1), ("static", 2)]
+    assert sorted(order) == sorted((p, s) for p in ("static", "flywheel") for s in (0, 1, 2))
+
+
+def test_two_plays_at_once_run_on_cores_of_their_own(tmp_path) -> None:
+    from sim.driver.compare import _die_with_parent, environment
+
+    env = environment(tmp_path / "home", [0])
+    assert env["OMP_NUM_THREADS"] == "1" and env["FLYWHEEL_HOME"] == str(tmp_path / "home")
+    script = "import os; print(sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'])"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        preexec_fn=_die_with_parent(os.getpid(), [0]),
+        check=True,
+    )
+    assert done.stdout.split() == ["[0]", "1"]
