@@ -23,7 +23,7 @@ REQUIRED = (
     "numeric",
     "slices",
 )
-OPTIONAL = ("min_category_frequency", "importance_exponent")
+OPTIONAL = ("min_category_frequency", "importance_exponent", "label_features")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ class ModelSpec:
     # Training weights of the labels by how they were picked (pipelines.labeling.selection.
     # importance_weights): 0 weighs every label alike, and the datasets carry no weight column.
     importance_exponent: float = 0.0
+    # The features the warehouse computes from the task's own labels (a segment's late rate
+    # over its labelled examples): a baseline fitted on other labels must not read them.
+    label_features: tuple[str, ...] = ()
 
     @property
     def example_id(self) -> str:
@@ -120,6 +123,9 @@ def parse_model_spec(task: TaskSpec) -> ModelSpec:
     number = isinstance(exponent, int | float) and not isinstance(exponent, bool)
     if not number or not 0 <= exponent <= 1:
         raise ValueError(f"{where}: importance_exponent must be a number within [0, 1]")
+    label_features = tuple(section.get("label_features") or ())
+    if stray := sorted(set(label_features) - {*categorical, *numeric}):
+        raise ValueError(f"{where}: label_features {stray} are not feature columns")
     taken = {*categorical, *numeric, labels["label"], labels["example_id"], section["time_column"]}
     if exponent > 0 and WEIGHT_COLUMN in taken:
         raise ValueError(f"{where}: importance weights need the column name {WEIGHT_COLUMN!r}")
@@ -141,4 +147,5 @@ def parse_model_spec(task: TaskSpec) -> ModelSpec:
         features=features,
         slices={n: _slice(n, s, where) for n, s in (section["slices"] or {}).items()},
         importance_exponent=float(exponent),
+        label_features=label_features,
     )

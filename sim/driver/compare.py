@@ -318,7 +318,29 @@ def compare(
     results = {futures[f]: f.result() for f in futures}
     plays = [results[(policy, seed)] for seed in seeds for policy in policies]
     cadences = [p for p in policies if p in CADENCES]
-    return write(out, _intro(out, comparison, policies, seeds), plays, cadences)
+    worth = {s: labels_worth(out, s) for s in seeds} if "flywheel" in policies else None
+    return write(out, _intro(out, comparison, policies, seeds), plays, cadences, worth)
+
+
+def labels_worth(out: Path, seed: int) -> pd.DataFrame:
+    """The flywheel play's labels'-worth table (sim.judge.labels_worth), fitted in the play's
+    environment unless its report already holds one newer than its weekly table."""
+    from sim.judge.labels_worth import FILE
+
+    home = home_of(out, "flywheel", seed)
+    table, weekly = home / "report" / FILE, home / "report" / "weekly.csv"
+    if not table.exists() or table.stat().st_mtime < weekly.stat().st_mtime:
+        say(f"flywheel seed {seed}: the references at multiples of its labels")
+        command = [sys.executable, "-m", "sim.judge.labels_worth", "--seed", str(seed)]
+        done = subprocess.run(
+            command, cwd=REPO_ROOT, env=environment(home), capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise PolicyFailedError(
+                f"the labels' worth of the flywheel play with seed {seed} failed:\n{done.stderr}"
+            )
+        say(f"flywheel seed {seed}: {done.stdout.strip()}")
+    return pd.read_csv(table, parse_dates=["week"])
 
 
 def compare_command(args: argparse.Namespace) -> int:

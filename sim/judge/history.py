@@ -97,3 +97,14 @@ def label_spend(defs: dg.Definitions, judged: Judged) -> pd.DataFrame:
         f"from raw.{task.label_tasks_table} t left join raw.{task.labels_table} l "
         "using (task_id) group by t.reason order by exported desc"
     )
+
+
+def audit_deliveries(defs: dg.Definitions, judged: Judged) -> pd.DataFrame:
+    """The examples of the uniform audit sample whose label came back, and the day it did
+    (`delivered`)."""
+    task, example_id = judged.task, judged.spec.example_id
+    return resource(defs, "warehouse").query(
+        f"select t.{example_id}, min(l._delivery_date) as delivered "
+        f"from raw.{task.label_tasks_table} t join raw.{task.labels_table} l using (task_id) "
+        "where t.reason = 'audit' group by 1"
+    )

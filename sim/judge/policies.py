@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from sim.judge.alarm_lift import alarm_lift
+from sim.judge.alarms import WORTH
 from sim.judge.paired import differences, regret, weekly_scores
 
 REPORTED = ("weekly", "retrainings", "labels")
@@ -89,6 +91,7 @@ def summary(plays: list[Play], cadences: list[str]) -> pd.DataFrame:
             "mean_auc": weekly.flywheel.mean(),
             "mean_logloss": weekly.flywheel_logloss.mean(),
             "vs_static": weekly.flywheel.mean() - weekly.static.mean(),
+            **_calibration(weekly),
             "labels": round(counts["labels"]),
             "retrainings": counts["retrainings"],
             "by_trigger": ", ".join(f"{k} {_number(v)}" for k, v in sorted(triggers.items()))
@@ -104,6 +107,21 @@ def summary(plays: list[Play], cadences: list[str]) -> pd.DataFrame:
             row |= {"regret": mine.regret, "regret_low": mine.low, "regret_high": mine.high}
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _calibration(weekly: pd.DataFrame) -> dict[str, float]:
+    """The live scores' mean weekly ECE and the worst week's over the plays' weeks; those of
+    the scores corrected for the prior's shift (sim.judge.calibration), with their log loss.
+    Empty for reports without them (a task of several classes)."""
+    if "flywheel_ece" not in weekly:
+        return {}
+    return {
+        "ece": weekly.flywheel_ece.mean(),
+        "worst_ece": weekly.flywheel_ece.max(),
+        "corrected_ece": weekly.corrected_ece.mean(),
+        "corrected_worst_ece": weekly.corrected_ece.max(),
+        "corrected_logloss": weekly.corrected_logloss.mean(),
+    }
 
 
 def weekly_table(plays: list[Play]) -> pd.DataFrame:
@@ -140,10 +158,15 @@ def _table(frame: pd.DataFrame) -> str:
 
 
 def write(
-    out: Path, intro: str, plays: list[Play], cadences: list[str]
+    out: Path,
+    intro: str,
+    plays: list[Play],
+    cadences: list[str],
+    worth: dict[int, pd.DataFrame] | None = None,
 ) -> tuple[Path, pd.DataFrame]:
     """Write `compare_report.md`, `weekly_auc.png` and the tables as CSV (`summary.csv`,
-    `weekly.csv`, `scores.csv`, `paired.csv`) under `out`/report; the report and the summary."""
+    `weekly.csv`, `scores.csv`, `paired.csv`, `labels_worth.csv` with the flywheel plays'
+    `worth` tables by seed) under `out`/report; the report and the summary."""
     from ml.plots import weekly_auc_figure
 
     report = out / "report"
@@ -167,7 +190,10 @@ def write(
         "the policy's models, each at what its training cost in the play that trained it, "
         "`reused`: models the play took from the shared folder. `regret`: the best fixed "
         "cadence's mean weekly AUC in hindsight minus the policy's, paired by seed and week, "
-        "with its 95% interval (`regret_low`, `regret_high`). `wall_s`: the plays' "
+        "with its 95% interval (`regret_low`, `regret_high`). `ece`, `worst_ece`: the live "
+        "scores' expected calibration error, mean over weeks and the worst week; `corrected_`: "
+        "the same scores with each day's prior moved to the late rate of the audit labels that "
+        "came back in the 14 days before (sim.judge.calibration). `wall_s`: the plays' "
         "simulations, summed over resumed attempts." + _baselines(weekly) + "\n\n" + _table(table),
     ]
     for against, frame in paired.items():
@@ -178,6 +204,28 @@ def write(
             "in how many seeds the policy's mean AUC was the higher. An interval across 0 "
             "finds no difference.\n\n" + _table(frame)
         )
+    lift = alarm_lift({(p.policy, p.seed): p.retrainings for p in plays}, "every-7d", 7)
+    if len(lift):
+        sections.append(
+            "## Alarms against the calendar\n\nEach alarm policy's drift and performance "
+            f"retrainings judged against every-7d's: `precision`, the share that gained {WORTH} "
+            "AUC or more over the champion in the next 14 days; `base_rate`, the share of "
+            "every-7d's retrainings that did; `lift`, their ratio; `recall`, of every-7d's "
+            "retrainings that gained, the share the policy matched with an alarm in the week "
+            "before, in the same seed (sim.judge.alarm_lift).\n\n" + _table(lift)
+        )
+        lift.to_csv(report / "alarm_lift.csv", index=False)
+    if worth:
+        said, worth_table = labels_worth(worth)
+        sections.append(
+            "## What the flywheel's labels are worth\n\nThe same-budget reference fitted on "
+            "uniformly random labels at multiples of the flywheel's, leaving out the features "
+            "computed from the flywheel's own labels (`model.label_features`), and the ceiling "
+            "on the same features (sim.judge.labels_worth). `flywheel_minus`: the flywheel's "
+            "mean weekly AUC minus the reference's, paired by week and seed, with its 95% "
+            f"interval.\n\n{said}\n\n" + _table(worth_table)
+        )
+        worth_table.to_csv(report / "labels_worth.csv", index=False)
     sections.append(
         f"## Production AUC by week\n\nEach policy's mean over its seeds.\n\n"
         f"![weekly AUC]({plot.name})\n\n" + _table(weekly)
@@ -220,3 +268,47 @@ def read_play(folder: Path, policy: str, seed: int, wall_s: float) -> Play | str
         wall_s,
         pd.read_csv(trainings) if trainings.exists() else None,
     )
+
+
+def labels_worth(tables: dict[int, pd.DataFrame]) -> tuple[str, pd.DataFrame]:
+    """The flywheel's labels' worth over its seeds (sim.judge.labels_worth's tables, by seed):
+    a row per multiple of its label budget, the reference's mean weekly AUC and the flywheel's
+    paired difference from it (a week's difference averaged over the seeds, Student's t over
+    the weeks); the text gives the worth in labels and the share of the reference-to-ceiling
+    gap the flywheel closed."""
+    from sim.judge.labels_worth import MULTIPLES, column, worth_in_labels
+    from sim.judge.paired import paired_difference
+
+    frames = []
+    for seed, table in tables.items():
+        both = table.dropna()
+        for name in ["flywheel", "ceiling", *(column(m) for m in MULTIPLES)]:
+            frames.append(
+                pd.DataFrame(
+                    {"policy": name, "seed": seed, "week": both.week, "auc": both[name]}
+                ).assign(logloss=float("nan"))
+            )
+    long = pd.concat(frames, ignore_index=True)
+    mean = long.groupby("policy")["auc"].mean()
+    rows = []
+    for m in MULTIPLES:
+        diff = paired_difference(long, "flywheel", column(m), "auc").interval
+        rows.append(
+            {
+                "labels": f"{m:g}x the flywheel's",
+                "reference_auc": mean[column(m)],
+                "flywheel_minus": diff.estimate,
+                "low": diff.low,
+                "high": diff.high,
+            }
+        )
+    worth = worth_in_labels(mean["flywheel"], {m: mean[column(m)] for m in MULTIPLES})
+    gap = mean["ceiling"] - mean[column(1.0)]
+    closed = (mean["flywheel"] - mean[column(1.0)]) / gap if gap > 0 else float("nan")
+    text = (
+        f"Over {len(tables)} seeds: flywheel {mean['flywheel']:.4f}, all-labels ceiling "
+        f"{mean['ceiling']:.4f}; the flywheel is worth {worth:.2f} times its labels (a "
+        f"uniformly random sample of that many does as well), and closes {closed:.0%} of the "
+        "gap from the same-budget reference to the ceiling."
+    )
+    return text, pd.DataFrame(rows)

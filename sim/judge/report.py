@@ -30,8 +30,9 @@ from pipelines.lib.registry import (
 from pipelines.task import load_task
 from sim.judge import alarms
 from sim.judge.baseline_fits import BaselineFits
+from sim.judge.calibration import prior_corrected, weekly_calibration
 from sim.judge.examples import Judged
-from sim.judge.history import label_spend, resource, retrainings, trainings
+from sim.judge.history import audit_deliveries, label_spend, resource, retrainings, trainings
 from sim.judge.reference import Fitted, period_end
 
 
@@ -162,6 +163,27 @@ def weekly_auc(examples: pd.DataFrame, static: np.ndarray, judged: Judged) -> pd
     return pd.DataFrame(rows)
 
 
+def calibration(
+    defs: dg.Definitions,
+    judged: Judged,
+    examples: pd.DataFrame,
+    static: np.ndarray,
+    predict: Callable[[int, pd.DataFrame], Any],
+) -> pd.DataFrame:
+    """Weekly ECE of the flywheel's live scores, of the static model's, and of the flywheel's
+    corrected each day for the shift of the late rate the audit labels show
+    (sim.judge.calibration), with the corrected scores' log loss."""
+    spec = judged.spec
+    delivered = audit_deliveries(defs, judged)
+    audit = examples.merge(delivered, on=spec.example_id)
+    audit["y"] = audit[spec.label].astype(np.float64)
+    corrected = prior_corrected(examples, audit, predict, spec.time_column)
+    columns = {"flywheel": judged.flywheel_probabilities(examples), "static": static}
+    y = examples[spec.label].to_numpy(dtype=np.float64)
+    week = judged.period(examples[spec.time_column])
+    return weekly_calibration(y, week, columns | {"corrected": corrected})
+
+
 def played_examples(
     warehouse: Any, judged: Judged, last: date, after: date | None = None
 ) -> pd.DataFrame:
@@ -289,6 +311,8 @@ def write_report(
     predict = version_scores(defs, task_name)
     static_probs = predict(static, examples) if len(examples) else np.array([])
     weekly = weekly_auc(examples, static_probs, judged)
+    if len(examples) and judged.classes is None:
+        weekly = weekly.merge(calibration(defs, judged, examples, static_probs, predict), on="week")
     models = ["flywheel", "static", "reference", "ceiling"]
     if len(weekly) and baselines:
         references = reference_auc(defs, task_name, production[1], list(weekly.week), fitted)

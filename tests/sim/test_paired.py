@@ -141,3 +141,40 @@ def test_weekly_scores_from_report_tables() -> None:
     long = weekly_scores({("static", 0): table, ("static", 1): table, ("drift", 0): table[:0]})
     assert list(long.columns) == ["policy", "seed", "week", "auc", "logloss"]
     assert len(long) == 4 and set(long.seed) == {0, 1} and set(long.policy) == {"static"}
+
+
+def test_alarm_lift_is_precision_over_the_cadences_base_rate_with_recall() -> None:
+    from sim.judge.alarm_lift import alarm_lift
+
+    def runs(rows: list[tuple[str, str, float]]) -> pd.DataFrame:
+        return pd.DataFrame(rows, columns=["event_day", "trigger", "gain"])
+
+    # every-7d: 4 judged retrainings, 1 gained 0.01 or more: base rate 25%.
+    weekly = runs(
+        [
+            ("2013-11-01", "bootstrap", np.nan),
+            ("2013-11-08", "cadence", 0.0),
+            ("2013-11-15", "cadence", 0.03),
+            ("2013-11-22", "cadence", -0.01),
+            ("2013-11-29", "cadence", 0.005),
+        ]
+    )
+    # The alarm policy: 2 alarms judged, 1 gained: precision 50%, lift 2; it fired within the
+    # week before the cadence's gain (Nov 12 <= Nov 15): recall 1.
+    alarms = runs(
+        [
+            ("2013-11-12", "drift", 0.02),
+            ("2013-11-26", "performance", 0.0),
+            ("2013-11-28", "schedule", 0.5),
+        ]
+    )
+    late = runs([("2013-11-20", "drift", 0.02)])  # fired after the gain: recall 0
+    table = alarm_lift(
+        {("every-7d", 0): weekly, ("flywheel", 0): alarms, ("drift", 0): late}, "every-7d", 7
+    ).set_index("policy")
+    assert table.loc["flywheel", "base_rate"] == pytest.approx(0.25)
+    assert table.loc["flywheel", "precision"] == pytest.approx(0.5)
+    assert table.loc["flywheel", "lift"] == pytest.approx(2.0)
+    assert table.loc["flywheel", "recall"] == 1.0 and table.loc["drift", "recall"] == 0.0
+    assert "every-7d" not in table.index
+    assert alarm_lift({("flywheel", 0): alarms}, "every-7d", 7).empty  # no cadence played
