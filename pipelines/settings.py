@@ -88,6 +88,9 @@ DAGSTER_HOME = Setting("DAGSTER_HOME")
 TRACKING_URI = Setting("MLFLOW_TRACKING_URI")
 OPTUNA_STORAGE = Setting("FLYWHEEL_OPTUNA_STORAGE")
 DBT_KEEP_TARGETS = Setting("FLYWHEEL_DBT_KEEP_TARGETS")
+# Which triggers request a retraining, comma-separated (drift, performance, schedule, or none),
+# in place of the task's monitoring.retrain_on: what the simulation's policies play.
+RETRAIN_ON = Setting("FLYWHEEL_RETRAIN_ON")
 TUNING_WORKERS_ON = Setting("FLYWHEEL_TUNING_WORKERS_ON", "processes")
 # Where the retraining's steps run: in the run's own process (`run`), or each in a Kubernetes pod
 # of its own (`kubernetes`), the training step's alone with a GPU.

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from ml.promotion import GateConfig
 from pipelines.contracts import TaskSpec
+from pipelines.settings import RETRAIN_ON
+
+# What can request a retraining (monitoring.retrain_on): the two sensors and the schedule.
+TRIGGERS = ("drift", "performance", "schedule")
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,10 @@ class MonitoringSpec:
     flagged_segment_types: tuple[str, ...] = ()
     top_segments: int = 5
     exclude_features: tuple[str, ...] = ()
+    # The triggers that request a retraining: the drift sensor, the performance sensor, the
+    # retraining schedule. One left out still watches: its sensor logs each event it would have
+    # acted on (the drift asset's materializations keep every day's verdict), and requests none.
+    retrain_on: tuple[str, ...] = ("drift", "performance", "schedule")
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,14 @@ def parse_thresholds(task: TaskSpec) -> tuple[MonitoringSpec, PromotionSpec]:
     raw = task.sections
     monitoring = raw.get("monitoring") or {}
     monitoring = build_settings(MonitoringSpec, monitoring, f"{task.path}: monitoring")
+    if override := RETRAIN_ON.get():
+        names = tuple(n.strip() for n in override.split(",") if n.strip() and n.strip() != "none")
+        monitoring = replace(monitoring, retrain_on=names)
+    if stray := sorted(set(monitoring.retrain_on) - set(TRIGGERS)):
+        raise ValueError(
+            f"{task.path}: monitoring.retrain_on (or {RETRAIN_ON.name}): unknown triggers "
+            f"{stray}; known: {list(TRIGGERS)}"
+        )
     promotion = dict(raw.get("promotion") or {})
     outer = {k: promotion.pop(k) for k in ("confidence", "n_boot") if k in promotion}
     gate = build_settings(GateConfig, promotion, f"{task.path}: promotion")

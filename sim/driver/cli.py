@@ -16,6 +16,7 @@ from pipelines.resources import label_exchange, landing_zone
 from pipelines.settings import (
     ENVIRONMENTS,
     LABEL_STUDIO_URL,
+    RETRAIN_ON,
     flywheel_home,
     retraining_default,
 )
@@ -24,7 +25,7 @@ from sim.driver.budget import play_options
 from sim.driver.console import log_path, output_to_log, say
 from sim.driver.daemon import DaemonDriveError
 from sim.driver.executor import RunFailedError
-from sim.driver.in_process import CADENCES, DEFAULT_COMPARED, POLICIES
+from sim.driver.in_process import CADENCES, DEFAULT_COMPARED, POLICIES, retrain_on
 from sim.driver.simulation import RunOptions, UsageError, days_to_play, run
 from sim.world.annotator_service import AnnotatorServiceError, serve
 from sim.world.annotators import annotators_for
@@ -359,6 +360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 use_label_studio(args.daemon)
             elif args.labeling == "files":
                 os.environ["FLYWHEEL_LABELING"] = "files"
+            # The sensors a policy turns on request retrainings, whatever the task says.
+            if (triggers := retrain_on(args.policy)) is not None:
+                os.environ[RETRAIN_ON.name] = triggers
             options = play_options(
                 args,
                 report_dir=args.report_dir,

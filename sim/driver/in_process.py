@@ -134,6 +134,22 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "flywheel": RETRAINING_TRIGGERS,
 }
 
+# The names the task's monitoring.retrain_on gives the triggers.
+TRIGGER_NAMES = {
+    "drift_sensor": "drift",
+    "performance_sensor": "performance",
+    RETRAINING_SCHEDULE: "schedule",
+}
+
+
+def retrain_on(policy: str) -> str | None:
+    """FLYWHEEL_RETRAIN_ON's value for `policy`: the triggers it turns on (`none` for none);
+    None for `flywheel`, which plays the task's own monitoring.retrain_on, as deployed."""
+    if policy == "flywheel":
+        return None
+    return ",".join(TRIGGER_NAMES[t] for t in POLICIES[policy]) or "none"
+
+
 # What `flywheel-sim compare` plays by default: every policy but `weekly`, which `every-7d` plays
 # without the schedule's cooldown and skips.
 DEFAULT_COMPARED = tuple(p for p in POLICIES if p != "weekly")
@@ -143,6 +159,11 @@ def describe_policy(policy: str) -> str:
     """What retrains under `policy` once the first model is trained, in words."""
     if policy in CADENCES:
         return f"a retraining every {CADENCES[policy]} days"
+    if policy == "flywheel":
+        from pipelines.task import load_task
+
+        on = load_task().monitoring.retrain_on
+        return ", ".join(t for t in RETRAINING_TRIGGERS if TRIGGER_NAMES[t] in on) or "none"
     return ", ".join(POLICIES[policy]) or "no retraining"
 
 

@@ -449,3 +449,43 @@ def test_a_schedule_tick_in_the_simulator_leaves_no_instance_open(triggers) -> N
         )
         assert DefsStateStorage.get() is current
     assert requests == []
+
+
+def test_a_trigger_retrain_on_leaves_out_watches_and_requests_nothing(monkeypatch) -> None:
+    from dataclasses import replace
+
+    from pipelines.task import load_task
+
+    job = dg.define_asset_job(
+        "retraining_job", selection=dg.AssetSelection.all(), tags={TASK_TAG: TASK}
+    )
+    watching = replace(POLICY, retrain_on=("performance",))
+    drift, _, schedule = build_monitoring_triggers(
+        job,
+        watching,
+        dg.AssetKey("labels"),
+        dg.AssetKey("champion_model"),
+        dg.AssetKey("feature_drift"),
+        dg.AssetKey("model_performance"),
+    )
+
+    @dg.asset(partitions_def=dg.DailyPartitionsDefinition("2013-01-01"))
+    def feature_drift() -> None: ...
+
+    defs = dg.Definitions(assets=[feature_drift], jobs=[job], sensors=[drift])
+    with dg.instance_for_test() as instance:
+        report(instance, "2013-10-03", True)
+        assert tick(defs, drift, instance, None).run_requests == []
+        moment = datetime(2013, 10, 7, 4, tzinfo=UTC)
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=moment) as ctx:
+            data = schedule.evaluate_tick(ctx)
+    assert not data.run_requests and "leaves the schedule out" in data.skip_message
+    # The task file's setting, overridden by FLYWHEEL_RETRAIN_ON; an unknown trigger is named.
+    assert load_task("flights").monitoring.retrain_on
+    monkeypatch.setenv("FLYWHEEL_RETRAIN_ON", "performance,schedule")
+    assert load_task("flights").monitoring.retrain_on == ("performance", "schedule")
+    monkeypatch.setenv("FLYWHEEL_RETRAIN_ON", "none")
+    assert load_task("flights").monitoring.retrain_on == ()
+    monkeypatch.setenv("FLYWHEEL_RETRAIN_ON", "drift,weather")
+    with pytest.raises(ValueError, match=r"unknown triggers \['weather'\]"):
+        load_task("flights")

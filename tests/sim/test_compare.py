@@ -271,3 +271,11 @@ def test_two_plays_at_once_run_on_cores_of_their_own(tmp_path) -> None:
         check=True,
     )
     assert done.stdout.split() == ["[0]", "1"]
+
+
+def test_a_policy_turns_on_its_triggers_and_the_flywheel_plays_the_tasks() -> None:
+    from sim.driver.in_process import retrain_on
+
+    assert retrain_on("drift") == "drift" and retrain_on("weekly") == "schedule"
+    assert retrain_on("static") == "none" and retrain_on("every-7d") == "none"
+    assert retrain_on("flywheel") is None  # the task's monitoring.retrain_on, as deployed

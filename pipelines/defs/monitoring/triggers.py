@@ -142,6 +142,13 @@ def _event_sensor(
             if flag not in metadata or metadata[flag].value is not True:
                 continue
             day = materialization.partition
+            trigger = name.removesuffix("_sensor")
+            if trigger not in monitoring.retrain_on:
+                context.log.info(
+                    f"{day}: {flag}; monitoring.retrain_on {list(monitoring.retrain_on)} leaves "
+                    f"{trigger} out: watched, no request"
+                )
+                continue
             if in_cooldown(day, last_day, monitoring.cooldown_days):
                 context.log.info(
                     f"{day}: {flag} but in cooldown since the alarm on {last_day}; no request"
@@ -158,7 +165,7 @@ def _event_sensor(
                 dg.RunRequest(
                     run_key=f"{name}:{day}",
                     tags={
-                        TRIGGER_TAG: name.removesuffix("_sensor"),
+                        TRIGGER_TAG: trigger,
                         EVENT_DAY_TAG: day,
                         "flywheel/champion_version": str(version.value if version else ""),
                     },
@@ -225,6 +232,10 @@ def build_monitoring_triggers(
         challenger again)."""
         moment, task_name = context.scheduled_execution_time, job.tags[TASK_TAG]
         day = (moment.date() - timedelta(days=1)).isoformat()
+        if SCHEDULE_TRIGGER not in monitoring.retrain_on:
+            return dg.SkipReason(
+                f"monitoring.retrain_on {list(monitoring.retrain_on)} leaves the schedule out"
+            )
         if covered := covering_run(context.instance, task_name, job.name, day):
             return dg.SkipReason(f"run {covered} already retrains on data up to {day}")
         trained = champion_day(context.instance, champion)
