@@ -25,7 +25,7 @@ from sim.driver.simulation import RunOptions
 
 ARGS = ["compare", "--start", "2013-09-02", "--days", "10", "--bootstrap-days", "6"]
 ARGS += ["--trials", "1", "--max-epochs", "2", "--validation-days", "2", "--test-days", "2"]
-ARGS += ["--drift", "celsius@2013-09-09", "--seeds", "1"]
+ARGS += ["--drift", "celsius@2013-09-09", "--seeds", "1", "--jobs", "1"]
 
 
 REPO = Path(__file__).resolve().parents[2]
