@@ -132,7 +132,14 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "drift": ("drift_sensor",),
     "performance": ("performance_sensor",),
     "flywheel": RETRAINING_TRIGGERS,
+    # The flywheel's triggers with every label a uniform random pick (`UNIFORM_LABELS`): the
+    # same model and budget as the flywheel, without its choice of what to label.
+    "random-labels": RETRAINING_TRIGGERS,
 }
+# Policies whose label export spends the whole budget on the uniform audit sample.
+UNIFORM_LABELS = ("random-labels",)
+# Policies that play the task's own monitoring.retrain_on, as deployed.
+AS_DEPLOYED = ("flywheel", "random-labels")
 
 # The names the task's monitoring.retrain_on gives the triggers.
 TRIGGER_NAMES = {
@@ -144,26 +151,28 @@ TRIGGER_NAMES = {
 
 def retrain_on(policy: str) -> str | None:
     """FLYWHEEL_RETRAIN_ON's value for `policy`: the triggers it turns on (`none` for none);
-    None for `flywheel`, which plays the task's own monitoring.retrain_on, as deployed."""
-    if policy == "flywheel":
+    None for `flywheel` (and `random-labels`), which play the task's own monitoring.retrain_on,
+    as deployed."""
+    if policy in AS_DEPLOYED:
         return None
     return ",".join(TRIGGER_NAMES[t] for t in POLICIES[policy]) or "none"
 
 
 # What `flywheel-sim compare` plays by default: every policy but `weekly`, which `every-7d` plays
-# without the schedule's cooldown and skips.
-DEFAULT_COMPARED = tuple(p for p in POLICIES if p != "weekly")
+# without the schedule's cooldown, and `random-labels`, played when named.
+DEFAULT_COMPARED = tuple(p for p in POLICIES if p not in ("weekly", *UNIFORM_LABELS))
 
 
 def describe_policy(policy: str) -> str:
     """What retrains under `policy` once the first model is trained, in words."""
     if policy in CADENCES:
         return f"a retraining every {CADENCES[policy]} days"
-    if policy == "flywheel":
+    if policy in AS_DEPLOYED:
         from pipelines.task import load_task
 
         on = load_task().monitoring.retrain_on
-        return ", ".join(t for t in RETRAINING_TRIGGERS if TRIGGER_NAMES[t] in on) or "none"
+        triggers = ", ".join(t for t in RETRAINING_TRIGGERS if TRIGGER_NAMES[t] in on) or "none"
+        return triggers + ("; every label a uniform random pick" * (policy in UNIFORM_LABELS))
     return ", ".join(POLICIES[policy]) or "no retraining"
 
 

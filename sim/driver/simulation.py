@@ -117,7 +117,7 @@ class RunOptions:
 
     def run_configs(self, task: TaskSpec) -> dict[str, dict]:
         """The operator's run config of `task`'s retraining job, and of its label export job
-        where the seed is not 0."""
+        where the seed is not 0 or the policy labels uniformly at random."""
         training = {"n_trials": self.trials, "max_epochs": self.max_epochs, "members": self.members}
         if self.seed:
             training["seed"] = self.seed
@@ -129,9 +129,14 @@ class RunOptions:
             "challenger_model": {"config": training},
         }
         configs = {"retraining_job": task_run_config(task, {"ops": ops})}
-        if self.seed and task.label_tasks_table:
-            export = {"ops": {task.label_tasks_table: {"config": {"seed": self.seed}}}}
-            configs["label_export_job"] = task_run_config(task, export)
+        from sim.driver.in_process import UNIFORM_LABELS
+
+        export: dict = {"seed": self.seed} if self.seed else {}
+        if self.policy in UNIFORM_LABELS:
+            export["audit_share"] = 1.0  # the whole budget a uniform sample
+        if export and task.label_tasks_table:
+            export_ops = {"ops": {task.label_tasks_table: {"config": export}}}
+            configs["label_export_job"] = task_run_config(task, export_ops)
         return configs
 
 

@@ -279,3 +279,16 @@ def test_a_policy_turns_on_its_triggers_and_the_flywheel_plays_the_tasks() -> No
     assert retrain_on("drift") == "drift" and retrain_on("weekly") == "schedule"
     assert retrain_on("static") == "none" and retrain_on("every-7d") == "none"
     assert retrain_on("flywheel") is None  # the task's monitoring.retrain_on, as deployed
+
+
+def test_the_random_labels_policy_spends_the_whole_budget_on_the_uniform_sample() -> None:
+    from pipelines.task import load_task
+    from sim.driver.in_process import describe_policy, retrain_on
+
+    task = load_task("flights")
+    config = RunOptions(policy="random-labels", seed=2).run_configs(task)["label_export_job"]
+    (op,) = config["ops"].values()  # the task's label export asset's op
+    assert op["config"] == {"seed": 2, "audit_share": 1.0}
+    assert "label_export_job" not in RunOptions(policy="flywheel").run_configs(task)
+    assert retrain_on("random-labels") is None  # the flywheel's triggers, as deployed
+    assert describe_policy("random-labels").endswith("every label a uniform random pick")
