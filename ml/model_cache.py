@@ -9,7 +9,8 @@ result that describes it and a JSON record of its inputs and the seconds its tra
 
 An entry appears whole or not at all: it is written in a hidden folder beside the cache's
 entries, then renamed into place (a rename within one file system is atomic). A process killed
-while writing leaves only a hidden folder that no reader looks at; two processes that train
+while writing leaves only a hidden folder that no reader looks at, removed by the next store
+once it is `STALE_S` old (a live write takes seconds); two processes that train
 the same model both write, and the first rename wins. The cache trusts its folder: its pickles
 are loaded as written, so it must be a folder only this project's runs write to. The code is
 not part of the key: a folder is meant for the runs of one comparison, on one revision.
@@ -21,6 +22,7 @@ import hashlib
 import json
 import pickle
 import shutil
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -31,6 +33,8 @@ FORMAT = 1
 CHECKPOINT = "model.ckpt"
 RESULT = "result.pkl"
 RECORD = "entry.json"
+# A hidden folder this old is a killed writer's: no write of an entry takes this long.
+STALE_S = 3600.0
 
 
 def cache_key(dataset_hash: str, seed: int, settings: Mapping[str, Any]) -> str:
@@ -58,6 +62,19 @@ class ModelCache:
     def __init__(self, folder: Path | str):
         self.folder = Path(folder)
 
+    def sweep(self, older_than_s: float = STALE_S) -> list[Path]:
+        """Remove the hidden folders writers killed mid-write left, those not modified for
+        `older_than_s` seconds; the folders removed."""
+        now, removed = time.time(), []
+        for partial in self.folder.glob(".*"):
+            try:
+                if partial.is_dir() and now - partial.stat().st_mtime > older_than_s:
+                    shutil.rmtree(partial, ignore_errors=True)
+                    removed.append(partial)
+            except FileNotFoundError:  # its writer renamed or removed it meanwhile
+                continue
+        return removed
+
     def load(self, key: str) -> CacheEntry | None:
         """The entry of `key`, if one was written whole."""
         entry = self.folder / key
@@ -75,6 +92,7 @@ class ModelCache:
         """Write `result` and its checkpoint as the entry of `key`, atomically; the entry as
         stored (another process's, if it stored the same key first)."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.sweep()
         partial = self.folder / f".{key}.{uuid.uuid4().hex[:8]}"
         partial.mkdir()
         try:

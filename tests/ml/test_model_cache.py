@@ -75,3 +75,25 @@ def test_a_write_killed_halfway_is_never_read(tmp_path, monkeypatch) -> None:
     monkeypatch.undo()
     assert not cache.store(key, trained(tmp_path / "run"), 1.0).hit
     assert cache.load(key).hit
+
+
+def test_the_hidden_folder_a_killed_writer_left_is_removed_once_stale(tmp_path) -> None:
+    import os
+
+    cache = ModelCache(tmp_path / "models")
+    key = cache_key("abc123", 0, SETTINGS)
+    # What SIGKILL between two files leaves (no `finally` runs): a hidden folder, half written.
+    left = tmp_path / "models" / f".{key}.dead0000"
+    live = tmp_path / "models" / f".{key}.live0000"
+    for partial in (left, live):
+        partial.mkdir(parents=True)
+        (partial / "model.ckpt").write_bytes(b"half")
+    old = os.stat(left).st_mtime - 2 * 3600
+    os.utime(left, (old, old))
+    cache.store(key, trained(tmp_path / "run"), 1.0)
+    assert not left.exists()
+    assert live.exists()  # another writer's, seconds old: left alone
+    assert cache.load(key).hit and sorted(p.name for p in cache.folder.iterdir()) == [
+        f".{key}.live0000",
+        key,
+    ]
