@@ -43,8 +43,20 @@ def retraining_budget(args: argparse.Namespace) -> dict[str, int]:
 
 
 def play_options(args: argparse.Namespace, **more: Any) -> RunOptions:
-    """The simulation's options from the flags `run` and `compare` share, and `more`."""
+    """The simulation's options from the flags `run` and `compare` share, and `more`. The first
+    model, trained at the end of the bootstrap days on the labels back by then (not yet those of
+    the last day), holds out its validation and test days and trains on at least one more: a
+    shorter bootstrap is refused here rather than failing its first retraining."""
     budget = retraining_budget(args)
+    held_out = budget["FLYWHEEL_VALIDATION_DAYS"] + budget["FLYWHEEL_TEST_DAYS"]
+    if args.bootstrap_days < held_out + 2:
+        raise UsageError(
+            f"--bootstrap-days {args.bootstrap_days} leaves the first model "
+            f"{args.bootstrap_days - 1} labelled days, too few for {held_out} held out "
+            f"(validation {budget['FLYWHEEL_VALIDATION_DAYS']}, test "
+            f"{budget['FLYWHEEL_TEST_DAYS']}) and one to train on: at least {held_out + 2} "
+            "bootstrap days, or shorter --validation-days and --test-days"
+        )
     return RunOptions(
         bootstrap_days=args.bootstrap_days,
         trials=budget["FLYWHEEL_TRIALS"],

@@ -292,3 +292,21 @@ def test_the_random_labels_policy_spends_the_whole_budget_on_the_uniform_sample(
     assert "label_export_job" not in RunOptions(policy="flywheel").run_configs(task)
     assert retrain_on("random-labels") is None  # the flywheel's triggers, as deployed
     assert describe_policy("random-labels").endswith("every label a uniform random pick")
+
+
+def test_a_bootstrap_too_short_for_the_held_out_days_is_refused_before_any_play(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path / "home"))
+    short = ["--days", "30", "--bootstrap-days", "14"]  # 7 validation and 7 test days
+    for command in (
+        ["run", *short],
+        ["compare", "--start", "2013-11-09", *short, "--out", str(tmp_path)],
+    ):
+        with pytest.raises(SystemExit) as refused:
+            main(command)
+        assert refused.value.code == 2
+        said = capsys.readouterr().err
+        assert "--bootstrap-days 14 leaves the first model 13 labelled days" in said
+        assert "at least 16 bootstrap days" in said
+    assert not (tmp_path / "compare.json").exists()
