@@ -67,8 +67,16 @@ def test_slices_group_by_a_column_or_by_bands_of_one() -> None:
         ({"importance_exponent": 1.5}, "importance_exponent must be a number within [0, 1]"),
         ({"importance_exponent": "half"}, "importance_exponent must be a number within [0, 1]"),
         (
-            {"importance_exponent": 0.5, "numeric": ["distance", "sample_weight"]},
+            {
+                "importance_exponent": 0.5,
+                "numeric": ["distance", "sample_weight"],
+                "label_features": None,
+            },
             "importance weights need the column name 'sample_weight'",
+        ),
+        (
+            {"label_features": ["distance", "late_rate_of_nothing"]},
+            "label_features ['late_rate_of_nothing'] are not feature columns",
         ),
     ],
     ids=[
@@ -81,6 +89,7 @@ def test_slices_group_by_a_column_or_by_bands_of_one() -> None:
         "exponent-above-one",
         "exponent-not-a-number",
         "weight-column-taken",
+        "label-feature-not-a-feature",
     ],
 )
 def test_bad_settings_are_refused_naming_them(tmp_path, changes, message) -> None:
