@@ -20,6 +20,7 @@ from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import landing_settled
 from pipelines.lib.runs import RETRAINING_JOB, task_of
 from sim.driver.executor import RunExecutor, RunSummary, TickReport
+from sim.judge.alarms import CADENCE_TRIGGER
 
 # Sensors whose cursor can hold changes taken at their next evaluation, once what they list has
 # settled: the daemon evaluates them again an interval later; in process, nothing lands between.
@@ -121,7 +122,6 @@ RETRAINING_TRIGGERS = (*MONITORING_SENSORS, RETRAINING_SCHEDULE)
 # Fixed cadences: the simulated calendar retrains every N days after the first model, whatever
 # the monitoring says and without the schedule's cooldown, as a team's plain cron job would.
 CADENCES: dict[str, int] = {f"every-{n}d": n for n in (3, 7, 14, 28)}
-CADENCE_TRIGGER = "cadence"
 # Retraining policies: which of the retraining triggers are on once the first model is trained
 # (a fixed cadence's: none; its calendar retrains). `flywheel` is the pipeline as deployed; the
 # others are what a team would otherwise run.

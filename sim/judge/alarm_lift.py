@@ -21,9 +21,7 @@ from datetime import timedelta
 import pandas as pd
 
 from pipelines.defs.monitoring.triggers import ALARM_TRIGGERS
-from sim.judge.alarms import WORTH
-
-CADENCE_TRIGGER = "cadence"
+from sim.judge.alarms import CADENCE_TRIGGER, WORTH
 
 
 def _judged(runs: pd.DataFrame, triggers: set[str]) -> pd.DataFrame:

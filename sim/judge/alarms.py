@@ -51,6 +51,8 @@ HORIZONS: dict[Cadence, Horizon] = {
 }
 WORTH = 0.01
 MISSED = 0.02
+# The trigger tag of the simulation's fixed-cadence retrainings (sim.driver.in_process).
+CADENCE_TRIGGER = "cadence"
 JUDGEMENT = ["champion", "judged_examples", "champion_auc", "challenger_auc", "gain"]
 
 

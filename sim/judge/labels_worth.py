@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ml.config import FeatureConfig
-from sim.judge.reference import PlayedExamples, fit_predict, reference_sample
+from sim.judge.reference import PlayedExamples, auc_by_period, reference_sample
 
 MULTIPLES = (0.5, 1.0, 2.0, 4.0)
 FILE = "labels_worth.csv"
@@ -62,30 +61,15 @@ def worth_by_period(
     """Per report period (its first day): the AUC of the reference retrained at its start on
     `multiple` x `spend` uniformly random labels of each landing partition before it, for each
     of `multiples`, and of the ceiling (every outcome before it); all on `features`."""
-    from joblib import Parallel, delayed
-
     played = PlayedExamples(examples, features, time_column)
     pools = {
         column(m): reference_sample(played.examples, spend * m, time_column, seed).index.to_numpy()
         for m in multiples
     }
     pools["ceiling"] = np.arange(len(played.examples))
-    rows, fits = [], []
-    for period in periods:
-        start = pd.Timestamp(period).date()
-        row: dict[str, object] = {"week": pd.Timestamp(period)}
-        for name, pool in pools.items():
-            _, y, fit = played.fit(pool, start)
-            row[name] = math.nan
-            if fit is not None:
-                fits.append((len(rows), name, y, fit))
-        rows.append(row)
-    scores = Parallel(n_jobs=jobs or os.cpu_count() or 1)(
-        delayed(fit_predict)(*fit, seed, n_classes=played.n_classes) for *_, fit in fits
-    )
-    for (i, name, y, _), predicted in zip(fits, scores, strict=True):
-        rows[i][name] = played.auc(y, predicted)
-    return pd.DataFrame(rows)
+    rows = auc_by_period(played, pools, periods, seed, jobs)
+    table = pd.DataFrame(rows)[["period", *pools]].rename(columns={"period": "week"})
+    return table.assign(week=pd.to_datetime(table.week))
 
 
 def worth_in_labels(auc: float, curve: dict[float, float]) -> float:

@@ -233,10 +233,26 @@ def reference_by_period(
     AUC there (see sim.judge.baseline_fits); the other fits run in `jobs` processes (default:
     one per core).
     """
-    from joblib import Parallel, delayed
-
     played = PlayedExamples(examples, features, time_column, cadence)
     pools = baseline_pools(played, spend, time_column, seed)
+    return pd.DataFrame(auc_by_period(played, pools, periods, seed, jobs, fitted), columns=COLUMNS)
+
+
+def auc_by_period(
+    played: PlayedExamples,
+    pools: Mapping[str, np.ndarray],
+    periods: Sequence[date],
+    seed: int = 0,
+    jobs: int | None = None,
+    fitted: Fitted | None = None,
+) -> list[dict[str, object]]:
+    """A row per report period (`period`: its first day): for each of `pools` (a name and the
+    rows it learns from), the AUC of the model retrained at the period's start (`<name>`) and
+    how many rows it learned from (`<name>_labels`). A period in `fitted` whose fit would have
+    the same inputs keeps its AUC there; the other fits run in `jobs` processes (default: one
+    per core)."""
+    from joblib import Parallel, delayed
+
     rows, fits = [], []
     for period in periods:
         start = pd.Timestamp(period).date()
@@ -258,7 +274,7 @@ def reference_by_period(
         )
         for (i, name, y, _), predicted in zip(fits, scores, strict=True):
             rows[i][name] = played.auc(y, predicted)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return rows
 
 
 def baseline_pools(
