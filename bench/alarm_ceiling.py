@@ -23,8 +23,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ml.metrics import auroc
-
 Predict = Callable[[int, pd.DataFrame], np.ndarray]
 
 
@@ -50,18 +48,6 @@ def _judged():
     from sim.judge.examples import Judged
 
     return Judged(load_task())
-
-
-def gain_error(
-    y: np.ndarray, champion: np.ndarray, challenger: np.ndarray, boot: int, seed: int = 0
-) -> float:
-    """The bootstrap standard error of `auroc(challenger) - auroc(champion)` over the rows."""
-    rng, gains = np.random.default_rng(seed), []
-    for _ in range(boot):
-        rows = rng.integers(0, len(y), len(y))
-        if 0 < y[rows].sum() < len(rows):
-            gains.append(auroc(y[rows], challenger[rows]) - auroc(y[rows], champion[rows]))
-    return float(np.std(gains, ddof=1)) if len(gains) > 1 else float("nan")
 
 
 def judged_on(
@@ -91,8 +77,9 @@ def judged_on(
 def errors(
     table: pd.DataFrame, flights: pd.DataFrame, scored: ScoresOnce, last_day: date, boot: int
 ) -> list[float]:
-    """Each judged row's bootstrap standard error over the flights it was judged on."""
-    from sim.judge.alarms import judged_window
+    """Each judged row's bootstrap standard error over the flights it was judged on, each flight
+    resampled on its own."""
+    from sim.judge.alarms import gain_error, judged_window
 
     days = pd.to_datetime(flights.flight_date).dt.date
     out = []
@@ -104,7 +91,8 @@ def errors(
         window = flights.loc[index]
         y = window.is_late.to_numpy(bool)
         champion = scored(int(row.champion), window)
-        out.append(gain_error(y, champion, scored(int(row.version), window), boot))
+        challenger = scored(int(row.version), window)
+        out.append(gain_error(y, champion, challenger, np.arange(len(y)), _judged(), boot))
     return out
 
 

@@ -78,32 +78,22 @@ def figures(instance: dg.DagsterInstance, drift_day: date) -> None:
 
 
 def humidity_figures(instance: dg.DagsterInstance, drift_day: date, landed_at: float) -> None:
-    """Print the days whose daily run failed raw_weather's humidity check, and how soon after
-    the drifted day's landing run started its own failure was recorded."""
-    failed: dict[str, float] = {}
-    judged = 0
-    for record in instance.get_run_records(dg.RunsFilter(job_name="daily_warehouse_job")):
-        for entry in instance.all_logs(
-            record.dagster_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
-        ):
-            evaluation = entry.dagster_event.event_specific_data
-            if evaluation.asset_key != dg.AssetKey(["flights", "raw_weather"]):
-                continue
-            if evaluation.check_name != "humidity":
-                continue
-            judged += 1
-            if not evaluation.passed:
-                day = str(evaluation.metadata["landing_date"].value)
-                failed[day] = min(failed.get(day, entry.timestamp), entry.timestamp)
-    before = sorted(d for d in failed if d < str(drift_day))
+    """Print the days raw_weather's humidity check failed on, and how soon after the drifted
+    day's landing run started its own failure was recorded."""
+    from pipelines.task import task_name
+    from sim.judge.history import failed_checks
+
+    failed = failed_checks(instance, task_name())
+    failed = failed[(failed.asset == "flights/raw_weather") & (failed.check == "humidity")]
+    at = dict(zip(failed.day, failed.at, strict=True))
+    before = sorted(d for d in at if d < str(drift_day))
     print(
-        f"humidity check: {judged} evaluations, failed on {len(failed)} days; before the drift: "
-        f"{', '.join(before) or 'none'}"
+        f"humidity check: failed on {len(at)} days; before the drift: {', '.join(before) or 'none'}"
     )
-    if str(drift_day) in failed:
+    if str(drift_day) in at:
         print(
             f"humidity check failed on the drifted day {drift_day}, "
-            f"{failed[str(drift_day)] - landed_at:.1f} s after its landing run started"
+            f"{at[str(drift_day)] - landed_at:.1f} s after its landing run started"
         )
     else:
         print(f"the humidity check did not fail on the drifted day {drift_day}")

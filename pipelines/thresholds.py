@@ -34,6 +34,18 @@ class MonitoringSpec:
     # retraining schedule. One left out still watches: its sensor logs each event it would have
     # acted on (the drift asset's materializations keep every day's verdict), and requests none.
     retrain_on: tuple[str, ...] = ("drift", "performance", "schedule")
+    # A binary task's served `calibrated_probability` (pipelines/recalibration.py): each day the
+    # champion's log-odds move so that its scores of the uniformly drawn examples labelled in
+    # these days before average their labels; fewer labels than the minimum: no move; 0: off.
+    recalibration_days: int = 14
+    recalibration_min_labels: int = 100
+
+    def __post_init__(self) -> None:
+        if not (self.recalibration_days >= 0 and self.recalibration_min_labels >= 1):
+            raise ValueError(
+                "recalibration_days must be 0 (off) or more and recalibration_min_labels 1 or "
+                f"more: {self.recalibration_days}, {self.recalibration_min_labels}"
+            )
 
 
 @dataclass(frozen=True)

@@ -319,7 +319,34 @@ def compare(
     plays = [results[(policy, seed)] for seed in seeds for policy in policies]
     cadences = [p for p in policies if p in CADENCES]
     worth = {s: labels_worth(out, s) for s in seeds} if "flywheel" in policies else None
-    return write(out, _intro(out, comparison, policies, seeds), plays, cadences, worth)
+    broken = planted_break(out, comparison, plays) if comparison.drift else None
+    return write(out, _intro(out, comparison, policies, seeds), plays, cadences, worth, broken)
+
+
+def planted_break(out: Path, comparison: Comparison, plays: list[Play]) -> tuple[str, pd.DataFrame]:
+    """The planted break judged over the plays (sim.judge.breaks), and the task's feed checks
+    over the replayed year: the text and the table by policy."""
+    from pipelines.task import task_name
+    from sim.judge.breaks import break_summary, describe_year, feed_checks_over_the_year
+    from sim.world.clock import read_progress
+    from sim.world.drift import parse_drift
+
+    drift = parse_drift(str(comparison.drift))
+    starts = [read_progress(home_of(out, p.policy, p.seed))[1] for p in plays]
+    production = min(s for s in starts if s is not None)
+    say(f"the planted break: {drift}, and the feed checks over the replayed year")
+    year = describe_year(feed_checks_over_the_year(task_name(), drift.kind))
+    text = (
+        f"{drift} planted in every play; production from {production}. Per policy over its "
+        "plays: `caught`, plays whose checks failed on the break within a day; "
+        "`worst_check_delay_days`; `false_check_days`, days a check failed on before the break; "
+        "the drift and performance alarms before it and the production days per false alarm; "
+        "`alarm_delay_days`, from the break to the first alarm's retraining (mean); "
+        "`promoted_gain`, the first model promoted on or after the break against the champion "
+        "it replaced, production AUC over the next 14 days, mean with its 95% interval over "
+        f"the plays, and `not_worse`, in how many it was not below the champion.\n\n{year}"
+    )
+    return text, break_summary(plays, drift.start, production)
 
 
 def labels_worth(out: Path, seed: int) -> pd.DataFrame:

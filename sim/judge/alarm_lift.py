@@ -12,6 +12,12 @@ retrainings whose challenger beat its champion by `WORTH` AUC over the next two 
 - recall: of the cadence's retrainings that gained, in the same seed, the share the alarm
   policy matched with an alarm retraining within the cadence's period before it (a week for
   `every-7d`): when retraining paid off, did an alarm fire.
+
+A gain of `WORTH` judged on one window can be the window's luck. Where the retrainings carry
+their gain's standard error (`gain_se`, by resampling the window's days), the same precision,
+base rate and lift are given again with a retraining counted as gaining only when its gain is
+clear of that noise: its 95% interval above 0 (`precision_clear`, `base_rate_clear`,
+`lift_clear`).
 """
 
 from __future__ import annotations
@@ -23,12 +29,26 @@ import pandas as pd
 from pipelines.defs.monitoring.triggers import ALARM_TRIGGERS
 from sim.judge.alarms import CADENCE_TRIGGER, WORTH
 
+Z95 = 1.96
+
 
 def _judged(runs: pd.DataFrame, triggers: set[str]) -> pd.DataFrame:
     if runs.empty or "gain" not in runs:
         return runs.iloc[:0]
     chosen = runs[runs.trigger.isin(triggers) & runs.gain.notna()]
     return chosen.assign(event_day=pd.to_datetime(chosen.event_day))
+
+
+def _clear(judged: pd.DataFrame) -> pd.Series:
+    """Whether each judged retraining's gain is clear of its judgement's noise (see the
+    module); NaN without its standard error."""
+    if "gain_se" not in judged:
+        return pd.Series(float("nan"), index=judged.index)
+    return (judged.gain > Z95 * judged.gain_se).where(judged.gain_se.notna())
+
+
+def _lift(precision: float, rate: float) -> float:
+    return precision / rate if rate > 0 else float("nan")
 
 
 def alarm_lift(runs: dict[tuple[str, int], pd.DataFrame], cadence: str, period_days: int):
@@ -40,6 +60,7 @@ def alarm_lift(runs: dict[tuple[str, int], pd.DataFrame], cadence: str, period_d
         return pd.DataFrame()
     pooled = pd.concat(base.values(), ignore_index=True)
     rate = float((pooled.gain >= WORTH).mean()) if len(pooled) else float("nan")
+    rate_clear = float(_clear(pooled).mean()) if len(pooled) else float("nan")
     rows = []
     for policy in dict.fromkeys(p for p, _ in runs):
         seeds = [s for p, s in runs if p == policy and s in base]
@@ -48,6 +69,7 @@ def alarm_lift(runs: dict[tuple[str, int], pd.DataFrame], cadence: str, period_d
         if policy == cadence or fired.empty:
             continue
         precision = float((fired.gain >= WORTH).mean())
+        precision_clear = float(_clear(fired).mean())
         worthy = matched = 0
         for seed in seeds:
             gained = base[seed][base[seed].gain >= WORTH]
@@ -62,9 +84,12 @@ def alarm_lift(runs: dict[tuple[str, int], pd.DataFrame], cadence: str, period_d
                 "alarms_judged": len(fired),
                 "precision": precision,
                 "base_rate": rate,
-                "lift": precision / rate if rate > 0 else float("nan"),
+                "lift": _lift(precision, rate),
                 "recall": matched / worthy if worthy else float("nan"),
                 "cadence_gains": worthy,
+                "precision_clear": precision_clear,
+                "base_rate_clear": rate_clear,
+                "lift_clear": _lift(precision_clear, rate_clear),
             }
         )
     return pd.DataFrame(rows)

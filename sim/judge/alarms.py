@@ -53,7 +53,9 @@ WORTH = 0.01
 MISSED = 0.02
 # The trigger tag of the simulation's fixed-cadence retrainings (sim.driver.in_process).
 CADENCE_TRIGGER = "cadence"
-JUDGEMENT = ["champion", "judged_examples", "champion_auc", "challenger_auc", "gain"]
+JUDGEMENT = ["champion", "judged_examples", "champion_auc", "challenger_auc", "gain", "gain_se"]
+# Resamples of a gain's days for its standard error (`gain_error`).
+DRAWS = 200
 
 
 @dataclass
@@ -157,9 +159,10 @@ def judge(
     horizon: Horizon | None = None,
 ) -> pd.DataFrame:
     """`runs` (event_day, trigger, version, champion) with the judgement of each retraining:
-    `judged_examples`, `champion_auc`, `challenger_auc` and `gain` (in the task's production
-    AUC) over the examples (their day, outcome and the model's inputs) of the `horizon`'s
-    partitions after it (see `judged_window`; default: the task's cadence's), up to `last_day`.
+    `judged_examples`, `champion_auc`, `challenger_auc`, `gain` (in the task's production
+    AUC) and its standard error `gain_se` (`gain_error`) over the examples (their day, outcome
+    and the model's inputs) of the `horizon`'s partitions after it (see `judged_window`;
+    default: the task's cadence's), up to `last_day`.
     `predict(version, frame)` scores a frame with a registered version; each version scores
     each example once."""
     days = pd.to_datetime(examples[judged.spec.time_column]).dt.date
@@ -183,6 +186,7 @@ def judge(
         "judged_examples": [],
         "champion_auc": [],
         "challenger_auc": [],
+        "gain_se": [],
     }
     label = judged.spec.label
     for row, index in zip(runs.itertuples(), windows, strict=True):
@@ -192,13 +196,42 @@ def judge(
                 values.append(np.nan)
             continue
         columns["judged_examples"].append(len(index))
+        both = []
         for name, version in (("champion_auc", row.champion), ("challenger_auc", row.version)):
             probs = scores[int(version)].loc[index].to_numpy()
-            columns[name].append(judged.auc(y, probs[:, 0] if probs.shape[1] == 1 else probs))
+            both.append(probs[:, 0] if probs.shape[1] == 1 else probs)
+            columns[name].append(judged.auc(y, both[-1]))
+        columns["gain_se"].append(gain_error(y, *both, days.loc[index].to_numpy(), judged))
     for name, values in columns.items():
         verdicts[name] = values
     verdicts["gain"] = verdicts.challenger_auc - verdicts.champion_auc
-    return verdicts
+    return verdicts[[c for c in verdicts.columns if c != "gain_se"] + ["gain_se"]]
+
+
+def gain_error(
+    y: np.ndarray,
+    champion: np.ndarray,
+    challenger: np.ndarray,
+    blocks: np.ndarray,
+    judged: Judged,
+    draws: int = DRAWS,
+) -> float:
+    """The standard error of the challenger's AUC minus the champion's on the same examples,
+    by resampling whole `blocks` (each example's) with replacement: the judgement passes each
+    example's day, since a day's examples share its weather and its delays, and resampling
+    examples alone would understate the error. The error of judging one challenger on these
+    days, not that of the training draw that made it."""
+    rng = np.random.default_rng(0)
+    _, codes = np.unique(blocks, return_inverse=True)
+    groups = [np.flatnonzero(codes == i) for i in range(codes.max() + 1)]
+    gains = []
+    for _ in range(draws):
+        pick = np.concatenate([groups[i] for i in rng.integers(0, len(groups), len(groups))])
+        if judged.judgeable(y[pick]):
+            gains.append(
+                judged.auc(y[pick], challenger[pick]) - judged.auc(y[pick], champion[pick])
+            )
+    return float(np.std(gains, ddof=1)) if len(gains) > 1 else float("nan")
 
 
 def summarize(judged: pd.DataFrame, horizon: Horizon | None = None) -> AlarmSummary:

@@ -89,6 +89,36 @@ def trainings(instance: dg.DagsterInstance, task_name: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["event_day", "version", "model_cache", "training_s"])
 
 
+def failed_checks(instance: dg.DagsterInstance, task_name: str) -> pd.DataFrame:
+    """Every day an asset check of `task_name`'s runs failed on: the day (the check's
+    `failed_days`, else its `landing_date`), the asset and check, and when the evaluation was
+    recorded (`at`, seconds since the epoch). A day a check failed twice (a run retried) is
+    named once, at its first failure."""
+    rows = []
+    for record in instance.get_run_records(task_runs(task_name), ascending=True):
+        for entry in instance.all_logs(
+            record.dagster_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+        ):
+            evaluation = entry.dagster_event.event_specific_data
+            if evaluation.passed:
+                continue
+            metadata = {k: v.value for k, v in evaluation.metadata.items()}
+            days = list(metadata.get("failed_days") or {}) or [metadata.get("landing_date")]
+            for day in days:
+                if day:
+                    rows.append(
+                        {
+                            "day": str(day),
+                            "asset": evaluation.asset_key.to_user_string(),
+                            "check": evaluation.check_name,
+                            "at": entry.timestamp,
+                        }
+                    )
+    columns = ["day", "asset", "check", "at"]
+    frame = pd.DataFrame(rows, columns=columns).sort_values("at", kind="stable")
+    return frame.drop_duplicates(["day", "asset", "check"]).reset_index(drop=True)
+
+
 def label_spend(defs: dg.Definitions, judged: Judged) -> pd.DataFrame:
     """Label tasks exported per selection reason, and how many came back labelled."""
     task, example_id = judged.task, judged.spec.example_id
@@ -96,15 +126,4 @@ def label_spend(defs: dg.Definitions, judged: Judged) -> pd.DataFrame:
         f"select t.reason, count(*) as exported, count(l.{example_id}) as labelled "
         f"from raw.{task.label_tasks_table} t left join raw.{task.labels_table} l "
         "using (task_id) group by t.reason order by exported desc"
-    )
-
-
-def audit_deliveries(defs: dg.Definitions, judged: Judged) -> pd.DataFrame:
-    """The examples of the uniform audit sample whose label came back, and the day it did
-    (`delivered`)."""
-    task, example_id = judged.task, judged.spec.example_id
-    return resource(defs, "warehouse").query(
-        f"select t.{example_id}, min(l._delivery_date) as delivered "
-        f"from raw.{task.label_tasks_table} t join raw.{task.labels_table} l using (task_id) "
-        "where t.reason = 'audit' group by 1"
     )

@@ -33,6 +33,8 @@ class Play:
     wall_s: float
     # The challengers' training seconds and cache use (sim.judge.history.trainings), if known.
     trainings: pd.DataFrame | None = None
+    # The days an asset check failed on (sim.judge.history.failed_checks), if known.
+    checks: pd.DataFrame | None = None
 
     def counts(self) -> dict[str, float]:
         """Labels that came back, retrainings after the first model by trigger, promotions,
@@ -163,10 +165,12 @@ def write(
     plays: list[Play],
     cadences: list[str],
     worth: dict[int, pd.DataFrame] | None = None,
+    broken: tuple[str, pd.DataFrame] | None = None,
 ) -> tuple[Path, pd.DataFrame]:
     """Write `compare_report.md`, `weekly_auc.png` and the tables as CSV (`summary.csv`,
     `weekly.csv`, `scores.csv`, `paired.csv`, `labels_worth.csv` with the flywheel plays'
-    `worth` tables by seed) under `out`/report; the report and the summary."""
+    `worth` tables by seed, `break.csv` with the planted break's table of `broken`, its text
+    and table) under `out`/report; the report and the summary."""
     from ml.plots import weekly_auc_figure
 
     report = out / "report"
@@ -212,7 +216,9 @@ def write(
             "AUC or more over the champion in the next 14 days; `base_rate`, the share of "
             "every-7d's retrainings that did; `lift`, their ratio; `recall`, of every-7d's "
             "retrainings that gained, the share the policy matched with an alarm in the week "
-            "before, in the same seed (sim.judge.alarm_lift).\n\n" + _table(lift)
+            "before, in the same seed; `_clear`: the same, a retraining counted as gaining "
+            "only when its gain's 95% interval (its standard error by resampling the 14 days) "
+            "lies above 0 (sim.judge.alarm_lift).\n\n" + _table(lift)
         )
         lift.to_csv(report / "alarm_lift.csv", index=False)
     if worth:
@@ -226,6 +232,10 @@ def write(
             f"interval.\n\n{said}\n\n" + _table(worth_table)
         )
         worth_table.to_csv(report / "labels_worth.csv", index=False)
+    if broken:
+        said, break_table = broken
+        sections.append(f"## The planted break\n\n{said}\n\n" + _table(break_table))
+        break_table.to_csv(report / "break.csv", index=False)
     sections.append(
         f"## Production AUC by week\n\nEach policy's mean over its seeds.\n\n"
         f"![weekly AUC]({plot.name})\n\n" + _table(weekly)
@@ -258,15 +268,12 @@ def read_play(folder: Path, policy: str, seed: int, wall_s: float) -> Play | str
         if not path.exists():
             return f"no {path.name} in {folder}"
         tables[name] = pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
-    trainings = folder / "trainings.csv"
+    optional = {
+        name: pd.read_csv(folder / f"{name}.csv") if (folder / f"{name}.csv").exists() else None
+        for name in ("trainings", "checks")
+    }
     return Play(
-        policy,
-        seed,
-        tables["weekly"],
-        tables["retrainings"],
-        tables["labels"],
-        wall_s,
-        pd.read_csv(trainings) if trainings.exists() else None,
+        policy, seed, tables["weekly"], tables["retrainings"], tables["labels"], wall_s, **optional
     )
 
 

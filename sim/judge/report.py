@@ -27,12 +27,13 @@ from pipelines.lib.registry import (
     registered_name,
     versions,
 )
+from pipelines.recalibration import CALIBRATED
 from pipelines.task import load_task
-from sim.judge import alarms
+from sim.judge import alarms, history
 from sim.judge.baseline_fits import BaselineFits
-from sim.judge.calibration import prior_corrected, weekly_calibration
+from sim.judge.calibration import weekly_calibration
 from sim.judge.examples import Judged
-from sim.judge.history import audit_deliveries, label_spend, resource, retrainings, trainings
+from sim.judge.history import label_spend, resource, retrainings, trainings
 from sim.judge.reference import Fitted, period_end
 
 
@@ -95,7 +96,9 @@ def production_examples(
     with warehouse.connect() as con:
         if not con.has_relation(spec.predictions_table):
             return pd.DataFrame()  # no model was ever promoted: nothing was scored
+        served = con.df(f"select * from {spec.predictions_table} where false").columns
     per_class = "".join(f"p.{c}, " for c in judged.scored_columns)
+    per_class += f"p.{CALIBRATED} as calibrated, " if CALIBRATED in served else ""
     examples = warehouse.query(
         f"select f.*, p.probability as flywheel, {per_class}p.model_version "
         f"from {spec.features_table} f join {spec.predictions_table} p using ({spec.example_id}) "
@@ -163,25 +166,16 @@ def weekly_auc(examples: pd.DataFrame, static: np.ndarray, judged: Judged) -> pd
     return pd.DataFrame(rows)
 
 
-def calibration(
-    defs: dg.Definitions,
-    judged: Judged,
-    examples: pd.DataFrame,
-    static: np.ndarray,
-    predict: Callable[[int, pd.DataFrame], Any],
-) -> pd.DataFrame:
-    """Weekly ECE of the flywheel's live scores, of the static model's, and of the flywheel's
-    corrected each day for the shift of the late rate the audit labels show
-    (sim.judge.calibration), with the corrected scores' log loss."""
+def calibration(judged: Judged, examples: pd.DataFrame, static: np.ndarray) -> pd.DataFrame:
+    """Weekly ECE of the flywheel's live scores, of the static model's, and of the scores it
+    served corrected for the shift of the late rate (`calibrated`, where its predictions have
+    them; sim.judge.calibration), with the corrected scores' log loss."""
     spec = judged.spec
-    delivered = audit_deliveries(defs, judged)
-    audit = examples.merge(delivered, on=spec.example_id)
-    audit["y"] = audit[spec.label].astype(np.float64)
-    corrected = prior_corrected(examples, audit, predict, spec.time_column)
     columns = {"flywheel": judged.flywheel_probabilities(examples), "static": static}
+    if "calibrated" in examples:
+        columns["corrected"] = examples["calibrated"].to_numpy(dtype=np.float64)
     y = examples[spec.label].to_numpy(dtype=np.float64)
-    week = judged.period(examples[spec.time_column])
-    return weekly_calibration(y, week, columns | {"corrected": corrected})
+    return weekly_calibration(y, judged.period(examples[spec.time_column]), columns)
 
 
 def played_examples(
@@ -312,7 +306,7 @@ def write_report(
     static_probs = predict(static, examples) if len(examples) else np.array([])
     weekly = weekly_auc(examples, static_probs, judged)
     if len(examples) and judged.classes is None:
-        weekly = weekly.merge(calibration(defs, judged, examples, static_probs, predict), on="week")
+        weekly = weekly.merge(calibration(judged, examples, static_probs), on="week")
     models = ["flywheel", "static", "reference", "ceiling"]
     if len(weekly) and baselines:
         references = reference_auc(defs, task_name, production[1], list(weekly.week), fitted)
@@ -391,7 +385,8 @@ def write_report(
     markdown.write_text(text + "\n")
     for name, frame in (("weekly", weekly), ("retrainings", runs), ("labels", labels)):
         frame.to_csv(out_dir / f"{name}.csv", index=False)
-    # The seconds of machine the models took, apart from the tables a report compares cell by
-    # cell (bench.same_report): a policy comparison's compute.
+    # Apart from the tables a report compares cell by cell (bench.same_report): the seconds of
+    # machine the models took (a policy comparison's compute), the days a check failed on.
     trainings(instance, task_name).to_csv(out_dir / "trainings.csv", index=False)
+    history.failed_checks(instance, task_name).to_csv(out_dir / "checks.csv", index=False)
     return Report(weekly, runs, labels, verdicts, markdown, plot, judged.period_name)

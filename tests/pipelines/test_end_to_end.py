@@ -188,6 +188,45 @@ def test_predictions_carry_the_champion_version(played) -> None:
     assert unscored == 0
 
 
+def test_each_day_is_served_moved_to_the_late_rate_of_the_uniform_labels_before_it(played) -> None:
+    from ml.calibration import logit
+
+    served = pd.DataFrame(
+        played.sql(
+            "select cast(flight_date as varchar), probability, calibrated_probability "
+            "from flight_predictions"
+        ),
+        columns=["day", "probability", "calibrated"],
+    )
+    # One shift of the log-odds a day: the ranking within a day is the model's.
+    moved = pd.Series(logit(served.calibrated) - logit(served.probability)).groupby(served.day)
+    assert (moved.max() - moved.min()).max() < 1e-6
+    known = {
+        day: played.scalar(
+            "select count(distinct t.flight_id) from raw.label_tasks t "
+            "join raw.flight_labels l using (task_id) where t.reason in ('audit', 'random') "
+            f"and l._delivery_date < '{day}' "
+            f"and l._delivery_date >= cast('{day}' as date) - interval 14 day"
+        )
+        for day in moved.groups
+    }
+    shifts = moved.mean()
+    # Moved from the day enough uniform labels had come back, by the recorded shift.
+    minimum = load_task().monitoring.recalibration_min_labels
+    enough = [day for day, n in known.items() if n >= minimum]
+    assert enough and (shifts[enough].abs() > 1e-3).all()
+    assert (shifts.drop(enough).abs() < 1e-9).all()
+    last = max(moved.groups)
+    (record,) = played.instance.fetch_materializations(
+        dg.AssetKey(["flights", "flight_predictions"]), limit=1
+    ).records
+    metadata = {k: v.value for k, v in record.asset_materialization.metadata.items()}
+    assert record.asset_materialization.partition == last
+    assert metadata["recalibration_labels"] == known[last]
+    assert metadata["prior_shift"] == pytest.approx(shifts[last], abs=1e-4)
+    assert 0.5 < metadata["expected_auroc"] < 1
+
+
 def test_rescoring_a_day_replaces_it_exactly(played) -> None:
     day = (START + timedelta(days=DAYS - 1)).isoformat()
     query = (

@@ -74,6 +74,12 @@ def test_alarms_are_judged_by_their_challengers_next_14_days(flights: pd.DataFra
     assert drift.challenger_auc > 0.7 and abs(drift.champion_auc - 0.5) < 0.05
     assert drift.gain == pytest.approx(drift.challenger_auc - drift.champion_auc)
     assert abs(judged.gain.iloc[2]) < 0.05
+    # Each judged gain's standard error, resampling the 14 days: about a hundredth at 200
+    # flights a day, far below the signal's gain; none between two models scoring alike.
+    errors = judged.gain_se
+    assert 0.005 < errors.iloc[1] < 0.05 and 0.005 < errors.iloc[3] < 0.05
+    assert errors.iloc[2] == 0 and errors.iloc[[0, 4, 5]].isna().all()
+    assert drift.gain > 5 * drift.gain_se
     # Each version scored each flight it was needed for once.
     for version, ids in scorer.scored.items():
         assert len(ids) == len(set(ids)), version

@@ -94,7 +94,7 @@ def test_policies_play_on_their_own_state_and_a_killed_compare_resumes(
     assert pd.read_csv(out / "drift" / "seed-0" / "report" / "weekly.csv").reference.isna().all()
 
     text = (out / "report" / "compare_report.md").read_text()
-    summary = text.split("## Summary")[1].split("## Production")[0]
+    summary = text.split("## Summary")[1].split("\n## ")[0]
     assert "| static" in summary and "| drift" in summary
     rows = {line.split("|")[1].strip(): line for line in summary.splitlines() if "|" in line}
     assert f"drift {(drift.trigger == 'drift').sum()}" in rows["drift"]
@@ -103,6 +103,17 @@ def test_policies_play_on_their_own_state_and_a_killed_compare_resumes(
     scores = pd.read_csv(out / "report" / "scores.csv")
     assert set(scores.policy) == {"static", "drift"} and set(scores.seed) == {0}
     assert (out / "report" / "weekly_auc.png").read_bytes()[:4] == b"\x89PNG"
+    # The planted break: the humidity check failed on its first day in both plays (the days
+    # each play's checks failed on are in its report), the year's feed checks beside it.
+    checks = pd.read_csv(out / "drift" / "seed-0" / "report" / "checks.csv")
+    humidity = checks[checks.check == "humidity"]
+    assert humidity.day.min() == "2013-09-09" and humidity.asset.iloc[0] == "flights/raw_weather"
+    broken = pd.read_csv(out / "report" / "break.csv").set_index("policy")
+    assert broken.loc[["static", "drift"], "caught"].tolist() == [1, 1]
+    assert broken.loc["static", "worst_check_delay_days"] == 0
+    assert broken.loc["static", "promoted"] == 0
+    assert broken.loc["drift", "alarm_delay_days"] >= 0
+    assert "the feeds' humidity check failed on 0 ordinary days" in text
 
     # Asked again: nothing is left to play.
     assert main([*args, "--policies", "static"]) == 0

@@ -178,3 +178,14 @@ def test_alarm_lift_is_precision_over_the_cadences_base_rate_with_recall() -> No
     assert table.loc["flywheel", "recall"] == 1.0 and table.loc["drift", "recall"] == 0.0
     assert "every-7d" not in table.index
     assert alarm_lift({("flywheel", 0): alarms}, "every-7d", 7).empty  # no cadence played
+    # Without the gains' standard errors, no lift clear of the judgement's noise.
+    assert np.isnan(table.loc["flywheel", "lift_clear"])
+
+    # With them: every-7d's 0.03 is clear (error 0.01), its 0.005 not (0.004): base rate 25%;
+    # the alarm's 0.02 is within its error (0.015) and its 0.0 not clear: precision 0.
+    weekly["gain_se"] = [np.nan, 0.01, 0.01, 0.01, 0.004]
+    alarms["gain_se"] = [0.015, 0.01, 0.01]
+    clear = alarm_lift({("every-7d", 0): weekly, ("flywheel", 0): alarms}, "every-7d", 7)
+    row = clear.set_index("policy").loc["flywheel"]
+    assert (row.base_rate_clear, row.precision_clear, row.lift_clear) == (0.25, 0.0, 0.0)
+    assert row.lift == pytest.approx(2.0)  # the gains at face value, as before

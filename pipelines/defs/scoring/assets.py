@@ -1,8 +1,10 @@
 """Batch scoring: each landing day's examples scored by the champion."""
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import dagster as dg
+import numpy as np
 import pandas as pd
 
 from pipelines.lib.asset_keys import task_key, task_prefix
@@ -11,21 +13,29 @@ from pipelines.lib.registry import champion, load_model, registered_name
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse, WarehouseConnection, replace_rows
 from pipelines.model_spec import ModelSpec
+from pipelines.recalibration import CALIBRATED, recalibrate, uniform_labels, window_of
 from pipelines.task import Task
 
 
 def ensure_predictions_table(con: WarehouseConnection, spec: ModelSpec) -> None:
     """Create the predictions table (keys typed like the features') if it does not exist: the
     score (`probability`: P(true), or the expected class over K - 1) and, for K classes, each
-    class's probability."""
-    if con.has_relation(spec.predictions_table):
+    class's probability; for two, P(true) moved to the recent prior (`calibrated_probability`,
+    pipelines/recalibration.py), added to a table made before it had one."""
+    table = spec.predictions_table
+    binary = not spec.class_columns
+    if con.has_relation(table):
+        if binary and CALIBRATED not in con.df(f"select * from {table} where false").columns:
+            with con.ddl():
+                con.execute(f"alter table {table} add column {CALIBRATED} double precision")
         return
     per_class = "".join(f"cast(0.0 as double precision) as {c}, " for c in spec.class_columns)
+    calibrated = f"cast(0.0 as double precision) as {CALIBRATED}, " if binary else ""
     with con.ddl():
         con.execute(
-            f"create table if not exists {spec.predictions_table} as "
+            f"create table if not exists {table} as "
             f"select {spec.example_id}, {spec.time_column}, "
-            f"cast(0.0 as double precision) as probability, {per_class}"
+            f"cast(0.0 as double precision) as probability, {per_class}{calibrated}"
             "cast(0 as integer) as model_version, "
             f"cast(now() as timestamp) as scored_at from {spec.features_table} where false"
         )
@@ -82,9 +92,14 @@ def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
         from ml.labels import probabilities_from_output, score_of
         from ml.pyfunc import model_input
 
-        output = load_model(tracker, current).predict(model_input(features, spec.features))
-        # One score per example: P(true), or the expected class over K - 1 (ml.labels).
-        probs = probabilities_from_output(output)
+        model = load_model(tracker, current)
+
+        def score(frame: pd.DataFrame) -> np.ndarray:
+            # One score per example: P(true), or the expected class over K - 1 (ml.labels).
+            output = model.predict(model_input(frame, spec.features))
+            return probabilities_from_output(output)
+
+        probs = score(features)
         per_class = {c: probs[:, k] for k, c in enumerate(spec.class_columns)}
         rows = pd.DataFrame(
             {
@@ -96,6 +111,9 @@ def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
                 "scored_at": datetime.now(UTC).replace(tzinfo=None),
             }
         )
+        recalibrated = {}
+        if not spec.class_columns:
+            rows[CALIBRATED], recalibrated = calibrated(warehouse, task, rows, score)
         with warehouse.connect() as con:
             ensure_predictions_table(con, spec)
             replace_rows(con, spec.predictions_table, spec.time_column, days, rows)
@@ -105,7 +123,42 @@ def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
                 "model_version": current.version,
                 "model_uri": current.uri,
                 "mean_probability": float(rows.probability.mean()),
+                **recalibrated,
             }
         )
 
     return [predictions]
+
+
+def calibrated(
+    warehouse: Warehouse,
+    task: Task,
+    rows: pd.DataFrame,
+    score: Callable[[pd.DataFrame], np.ndarray],
+) -> tuple[np.ndarray, dict[str, object]]:
+    """A binary task's scored `rows` moved to the recent prior (pipelines/recalibration.py),
+    and what to record of it: the newest day's shift and the labels behind it, the mean
+    calibrated probability, and the AUC the calibrated scores expect (a label-free estimate
+    of the day's performance, ml.metrics.expected_auroc)."""
+    from ml.metrics import expected_auroc
+
+    monitoring, day = task.monitoring, task.model.time_column
+    days = pd.to_datetime(rows[day]).dt.date
+    first, end = window_of(str(days.min()), str(days.max()), monitoring.recalibration_days)
+    with warehouse.connect(read_only=True) as con:
+        labelled = uniform_labels(con, task, first, end)
+    probs, shifts = recalibrate(
+        days,
+        rows.probability.to_numpy(),
+        labelled,
+        score,
+        monitoring.recalibration_days,
+        monitoring.recalibration_min_labels,
+    )
+    newest = shifts.get(str(days.max()), (0.0, 0))
+    return probs, {
+        "prior_shift": round(newest[0], 4),
+        "recalibration_labels": newest[1],
+        "mean_calibrated_probability": float(probs.mean()),
+        "expected_auroc": expected_auroc(probs) if len(probs) > 1 else None,
+    }
