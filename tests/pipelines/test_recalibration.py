@@ -84,3 +84,23 @@ def test_before_any_label_table_exists_there_is_nothing_to_move_by(tmp_path) -> 
     with DuckDBWarehouse(path=str(tmp_path / "w.duckdb")).connect() as con:
         found = uniform_labels(con, load_task("flights"), date(2013, 11, 1), date(2013, 11, 15))
     assert found.empty and {OUTCOME, DELIVERED} <= set(found.columns)
+
+
+def test_a_predictions_table_made_before_the_column_gets_it_once(tmp_path) -> None:
+    from pipelines.defs.scoring.assets import ensure_predictions_table
+    from pipelines.lib.warehouse import DuckDBWarehouse
+    from pipelines.recalibration import CALIBRATED
+    from pipelines.task import load_task
+
+    spec = load_task("flights").model
+    with DuckDBWarehouse(path=str(tmp_path / "w.duckdb")).connect() as con:
+        con.execute(
+            f"create table {spec.predictions_table} as select 'a' as flight_id, "
+            "current_date as flight_date, 0.5 as probability, 1 as model_version, "
+            "now() as scored_at"
+        )
+        for _ in range(2):
+            ensure_predictions_table(con, spec)
+        table = con.df(f"select * from {spec.predictions_table}")
+    assert list(table.columns).count(CALIBRATED) == 1 and len(table) == 1
+    assert table[CALIBRATED].isna().all()  # the rows scored before it keep no calibrated score
