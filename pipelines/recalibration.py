@@ -83,8 +83,7 @@ def recalibrate(
     return out, shifts
 
 
-def window_of(first: str, last: str, window_days: int) -> tuple[date, date]:
+def window_of(first: date, last: date, window_days: int) -> tuple[date, date]:
     """The delivery days whose labels can move the days `first`..`last`: from `window_days`
     before the first, up to the last (excluded)."""
-    start, end = date.fromisoformat(first), date.fromisoformat(last)
-    return start - timedelta(days=window_days), end
+    return first - timedelta(days=window_days), last

@@ -223,7 +223,8 @@ def gain_error(
     days, not that of the training draw that made it."""
     rng = np.random.default_rng(0)
     _, codes = np.unique(blocks, return_inverse=True)
-    groups = [np.flatnonzero(codes == i) for i in range(codes.max() + 1)]
+    order = np.argsort(codes, kind="stable")
+    groups = np.split(order, np.cumsum(np.bincount(codes))[:-1])
     gains = []
     for _ in range(draws):
         pick = np.concatenate([groups[i] for i in rng.integers(0, len(groups), len(groups))])

@@ -37,32 +37,33 @@ from sim.world.drift import PlantedDrift
 CAUGHT_WITHIN_DAYS = 1
 
 
-def _days(values: pd.Series) -> pd.Series:
-    return pd.to_datetime(values).dt.date
+def _dated(frame: pd.DataFrame | None, columns: list[str], day: str) -> pd.DataFrame:
+    """`frame` (a play's report table; none, or empty, is a table of `columns` with no row) with
+    its `day` column as dates."""
+    frame = pd.DataFrame(columns=columns) if frame is None or frame.empty else frame
+    return frame.assign(**{day: pd.to_datetime(frame[day]).dt.date})
 
 
 def play_break(play: Play, start: date, production_start: date) -> dict[str, object]:
     """One play's break figures (see the module); `production_start`: its first production day,
     from which false alarms are counted."""
-    checks = play.checks if play.checks is not None else pd.DataFrame(columns=["day", "check"])
-    failed = checks.assign(day=_days(checks.day)) if len(checks) else checks
-    after = failed[failed.day >= start].sort_values("day") if len(failed) else failed
-    before = failed[(failed.day < start) & (failed.day >= production_start)] if len(failed) else []
-    runs = play.retrainings
-    if len(runs):
-        runs = runs[runs.trigger != "bootstrap"].assign(event_day=_days(runs.event_day))
-    alarms = runs[runs.trigger.isin(ALARM_TRIGGERS)] if len(runs) else runs
-    alarmed = alarms[alarms.event_day >= start] if len(alarms) else alarms
-    promoted = runs[(runs.event_day >= start) & (runs.decision == "promoted")] if len(runs) else []
+    failed = _dated(play.checks, ["day", "asset", "check"], "day").sort_values("day")
+    after = failed[failed.day >= start]
+    before = failed[(failed.day < start) & (failed.day >= production_start)]
+    runs = _dated(play.retrainings, ["event_day", "trigger", "decision", "gain"], "event_day")
+    runs = runs[runs.trigger != "bootstrap"]
+    alarms = runs[runs.trigger.isin(ALARM_TRIGGERS)]
+    alarmed = alarms[alarms.event_day >= start]
+    promoted = runs[(runs.event_day >= start) & (runs.decision == "promoted")]
     first = promoted.iloc[0] if len(promoted) else None
     return {
         "policy": play.policy,
         "seed": play.seed,
         "check_delay_days": (after.day.iloc[0] - start).days if len(after) else np.nan,
         "check": f"{after.asset.iloc[0]}:{after.check.iloc[0]}" if len(after) else "",
-        "false_check_days": len(set(before.day)) if len(before) else 0,
+        "false_check_days": before.day.nunique(),
         "alarm_delay_days": (alarmed.event_day.min() - start).days if len(alarmed) else np.nan,
-        "alarms_before": int((alarms.event_day < start).sum()) if len(alarms) else 0,
+        "alarms_before": int((alarms.event_day < start).sum()),
         "days_before": (start - production_start).days,
         "promoted_day": first.event_day if first is not None else None,
         "promoted_trigger": first.trigger if first is not None else "",

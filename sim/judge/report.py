@@ -96,7 +96,7 @@ def production_examples(
     with warehouse.connect() as con:
         if not con.has_relation(spec.predictions_table):
             return pd.DataFrame()  # no model was ever promoted: nothing was scored
-        served = con.df(f"select * from {spec.predictions_table} where false").columns
+        served = con.columns(spec.predictions_table)
     per_class = "".join(f"p.{c}, " for c in judged.scored_columns)
     per_class += f"p.{CALIBRATED} as calibrated, " if CALIBRATED in served else ""
     examples = warehouse.query(

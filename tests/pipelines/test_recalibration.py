@@ -3,6 +3,8 @@ scores: a doubled late rate is corrected from the uniform labels known before ea
 
 from __future__ import annotations
 
+from datetime import date
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -62,7 +64,7 @@ def test_a_planted_prior_shift_is_corrected_from_the_labels_known_before_each_da
 
 
 def test_the_labels_window_reaches_back_from_the_first_day_scored() -> None:
-    first, end = window_of("2013-12-10", "2013-12-12", 14)
+    first, end = window_of(date(2013, 12, 10), date(2013, 12, 12), 14)
     assert (first.isoformat(), end.isoformat()) == ("2013-11-26", "2013-12-12")
 
 
@@ -75,8 +77,6 @@ def test_a_negative_window_or_no_minimum_is_refused(settings) -> None:
 
 
 def test_before_any_label_table_exists_there_is_nothing_to_move_by(tmp_path) -> None:
-    from datetime import date
-
     from pipelines.lib.warehouse import DuckDBWarehouse
     from pipelines.recalibration import uniform_labels
     from pipelines.task import load_task

@@ -25,7 +25,7 @@ def ensure_predictions_table(con: WarehouseConnection, spec: ModelSpec) -> None:
     table = spec.predictions_table
     binary = not spec.class_columns
     if con.has_relation(table):
-        if binary and CALIBRATED not in con.df(f"select * from {table} where false").columns:
+        if binary and CALIBRATED not in con.columns(table):
             with con.ddl():
                 con.execute(f"alter table {table} add column {CALIBRATED} double precision")
         return
@@ -144,7 +144,7 @@ def calibrated(
 
     monitoring, day = task.monitoring, task.model.time_column
     days = pd.to_datetime(rows[day]).dt.date
-    first, end = window_of(str(days.min()), str(days.max()), monitoring.recalibration_days)
+    first, end = window_of(days.min(), days.max(), monitoring.recalibration_days)
     with warehouse.connect(read_only=True) as con:
         labelled = uniform_labels(con, task, first, end)
     probs, shifts = recalibrate(

@@ -86,6 +86,10 @@ class WarehouseConnection(ABC):
     def df(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
         return self.execute(sql, params).df()
 
+    def columns(self, relation: str) -> list[str]:
+        """The columns of table or view `relation`, in order."""
+        return list(self.df(f"select * from {relation} where false").columns)
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """One transaction around the block: committed at its end, rolled back on any exception.
