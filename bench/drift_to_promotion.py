@@ -20,6 +20,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from pipelines.thresholds import ALARMS
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -57,7 +59,7 @@ def figures(instance: dg.DagsterInstance, drift_day: date) -> None:
         if record.start_time < landed_at:
             continue
         trigger, day = run.tags.get("flywheel/trigger"), run.tags.get("flywheel/event_day")
-        if first_sensor is None and trigger in ("drift", "performance"):
+        if first_sensor is None and trigger in ALARMS:
             first_sensor = record
             print(
                 f"first sensor retraining: {trigger} on {day}, requested "

@@ -120,13 +120,33 @@ def evaluation_plots(
     }
 
 
-def weekly_auc_figure(weekly: pd.DataFrame) -> bytes:
+def weekly_auc_figure(weekly: pd.DataFrame, events: pd.DataFrame | None = None) -> bytes:
     """AUROC per week, one line per model (columns: week, model, auroc); a span of more than
-    three months gets one tick per month, a shorter one a tick per week."""
-    return _png(weekly_auc_plot(weekly))
+    three months gets one tick per month, a shorter one a tick per week. `events` (columns day,
+    kind: `alarm` or `promotion`) are marked where they happened: an alarm as a dashed line, a
+    promotion as a triangle on the axis."""
+    return _png(weekly_auc_plot(weekly, events))
 
 
-def weekly_auc_plot(weekly: pd.DataFrame) -> Figure:
+def _mark_events(ax: object, events: pd.DataFrame) -> None:
+    days = pd.to_datetime(events["day"])
+    for i, day in enumerate(days[events["kind"] == "alarm"]):
+        ax.axvline(day, color="tab:red", linestyle="--", alpha=0.5, label="alarm" * (i == 0))
+    promoted = days[events["kind"] == "promotion"]
+    if len(promoted):
+        ax.plot(
+            promoted,
+            np.zeros(len(promoted)),
+            linestyle="none",
+            marker="^",
+            color="tab:green",
+            transform=ax.get_xaxis_transform(),
+            clip_on=False,
+            label="promotion",
+        )
+
+
+def weekly_auc_plot(weekly: pd.DataFrame, events: pd.DataFrame | None = None) -> Figure:
     """The figure of `weekly_auc_figure`."""
     from matplotlib import dates as mdates
 
@@ -141,6 +161,8 @@ def weekly_auc_plot(weekly: pd.DataFrame) -> Figure:
             markersize=3 if long_span else 6,
             label=str(model),
         )
+    if events is not None and len(events):
+        _mark_events(ax, events)
     if long_span:
         ax.xaxis.set_major_locator(mdates.MonthLocator())
         ax.xaxis.set_major_formatter(mdates.DateFormatter("%b %Y"))

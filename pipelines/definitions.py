@@ -30,6 +30,7 @@ from pipelines.lib.runs import RETRAINING_JOB, TASK_TAG
 from pipelines.resources import build_resources, retraining_executor
 from pipelines.settings import current_env, retraining_run_config, sensor_interval_s
 from pipelines.task import load_task, task_name, task_names
+from pipelines.thresholds import Trigger
 
 
 def build_definitions(
@@ -49,7 +50,7 @@ def build_definitions(
     dimension_raw = [ingestion[f.asset_name] for f in task.dimension_feeds]
     daily_dbt, dimension_dbt, training_dbt = build_dbt_assets(task)
     (predictions,) = build_scoring_assets(task)
-    feature_drift, model_performance = build_monitoring_assets(task)
+    feature_drift, model_performance, excess_loss = build_monitoring_assets(task)
 
     daily_job = dg.define_asset_job(
         "daily_warehouse_job",
@@ -83,10 +84,11 @@ def build_definitions(
     )
     label_import_job = dg.define_asset_job(
         "label_import_job",
-        selection=dg.AssetSelection.assets(labels, model_performance),
+        selection=dg.AssetSelection.assets(labels, model_performance, excess_loss),
         partitions_def=landing_partitions(task),
         tags=tags,
-        description="Import the labels delivered on a day; measure the champion's performance.",
+        description="Import the labels delivered on a day; measure the champion's performance "
+        "and its excess loss.",
     )
     export_sensor, inbox_sensor = build_labeling_triggers(
         label_export_job, label_import_job, feature_drift.key, label_tasks.key, interval_s
@@ -108,13 +110,16 @@ def build_definitions(
         config=task_run_config(task, retraining_run_config()),
     )
     champion_model = evaluation[-1]
-    drift_sensor, performance_sensor, retraining_schedule = build_monitoring_triggers(
+    alarm_sensors, retraining_schedule = build_monitoring_triggers(
         retraining_job,
         task.monitoring,
         labels.key,
         champion_model.key,
-        feature_drift.key,
-        model_performance.key,
+        {
+            Trigger.EXCESS_LOSS: excess_loss.key,
+            Trigger.DRIFT: feature_drift.key,
+            Trigger.PERFORMANCE: model_performance.key,
+        },
         interval_s,
         task.cadence,
     )
@@ -139,6 +144,7 @@ def build_definitions(
             predictions,
             feature_drift,
             model_performance,
+            excess_loss,
             *evaluation,
         ],
         jobs=jobs,
@@ -147,8 +153,7 @@ def build_definitions(
             landing_sensor,
             export_sensor,
             inbox_sensor,
-            drift_sensor,
-            performance_sensor,
+            *alarm_sensors,
             build_missed_retry_sensor(task.name, jobs),
         ],
         resources={**build_resources(env, task.name), **(resources or {})},

@@ -1,4 +1,5 @@
-"""Monitoring rules: which drift statistics and performance figures count as an event.
+"""Monitoring rules: which drift statistics, performance figures and excess losses count as an
+event.
 
 The statistics come from `ml.drift` and `ml.metrics`; this module applies the task's
 monitoring thresholds to them, so the assets and the sensors judge by the same thresholds.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from datetime import date, timedelta
 
 import numpy as np
 import pandas as pd
@@ -16,6 +18,7 @@ from ml.config import FeatureConfig
 from ml.drift import TrainingProfile, feature_drift, segment_shift
 from ml.labels import class_indices
 from ml.metrics import auroc, logloss, multiclass_metrics
+from ml.sequential import cusum, cusum_threshold, excess_loss
 from pipelines.thresholds import MonitoringSpec
 
 
@@ -107,5 +110,75 @@ def realized_performance(
     row["status"] = (
         f"AUC {row['auroc']:.3f} vs {val_auroc:.3f} at evaluation, "
         f"log loss {row['logloss']:.3f} vs {val_logloss:.3f}"
+    )
+    return row
+
+
+def daily_excess_loss(labelled: pd.DataFrame, classes: tuple | None = None) -> dict[str, object]:
+    """The day's statistic of the excess-loss alarm: how many uniformly drawn labels came in
+    (`labels`) and the champion's mean excess loss over them (`excess_loss`, NaN without one):
+    log loss minus the entropy of its prediction (ml/sequential.py), from `probability` for a
+    binary label, or the `p_<k>` columns of `classes`."""
+    if labelled.empty:
+        return {"labels": 0, "excess_loss": math.nan}
+    if classes is None:
+        y = labelled["label"].to_numpy(dtype=np.float64)
+        probs = labelled["probability"].to_numpy(dtype=np.float64)
+    else:
+        y = class_indices(labelled["label"], classes, "label")
+        probs = labelled[[f"p_{k}" for k in range(len(classes))]].to_numpy(dtype=np.float64)
+    return {"labels": len(labelled), "excess_loss": float(excess_loss(y, probs).mean())}
+
+
+def excess_loss_alarm(
+    history: pd.DataFrame, day: date, monitoring: MonitoringSpec
+) -> dict[str, object]:
+    """The excess-loss alarm's verdict on `day` from `history` (a row a monitored day:
+    `monitored_on`, `excess_loss` and, for the days before, `is_alarm`; today's row included).
+
+    The reference days are those of the `alarm_history_days` before `day` less the most recent
+    `alarm_recent_days`, whichever model served them: their mean is the in-control level and
+    their spread sets the threshold (ml.sequential.cusum_threshold). The CUSUM runs over the
+    days since the last alarm, within that window, whichever champion served them: a
+    retraining that leaves the excess where it was does not wipe out the evidence, and one
+    that cures it brings the sum down. `is_alarm` is today's."""
+    history = history.reset_index(drop=True)
+    days = pd.to_datetime(history["monitored_on"]).dt.date
+    first = day - timedelta(days=monitoring.alarm_history_days)
+    last = day - timedelta(days=monitoring.alarm_recent_days)
+    reference = history.loc[(days >= first) & (days < last), "excess_loss"].dropna()
+    row: dict[str, object] = {
+        "reference_days": len(reference),
+        "reference_mean": math.nan,
+        "threshold": math.nan,
+        "cusum": math.nan,
+        "is_alarm": False,
+    }
+    if len(reference) < monitoring.alarm_min_history_days:
+        row["status"] = (
+            f"not armed: {len(reference)} of {monitoring.alarm_min_history_days} reference days"
+        )
+        return row
+    allowance = monitoring.alarm_min_excess_loss / 2
+    mean = float(reference.mean())
+    threshold = cusum_threshold(reference.to_numpy(), allowance, monitoring.alarm_run_length)
+    alarmed = history.get("is_alarm", pd.Series(False, index=history.index))
+    alarmed = alarmed.fillna(False).astype(bool) & (days < day)
+    since = max([first, *(d + timedelta(days=1) for d in days[alarmed])])
+    path_days = history.assign(_day=days)[(days >= since) & (days <= day)]
+    path_days = path_days.sort_values("_day").dropna(subset=["excess_loss"])
+    path = cusum(path_days["excess_loss"].to_numpy() - mean - allowance, threshold)
+    today = bool(len(path_days)) and path_days["_day"].iloc[-1] == day
+    row |= {
+        "reference_mean": mean,
+        "threshold": threshold,
+        "cusum": float(path.statistic[-1]) if today else math.nan,
+        "is_alarm": bool(today and path.alarms[-1]),
+    }
+    row["status"] = (
+        f"CUSUM {row['cusum']:.3f} against {threshold:.3f} (level {mean:.3f}, allowance "
+        f"{allowance:.3f}, {len(reference)} reference days)"
+        if today
+        else "no uniformly drawn label of the champion's came in today"
     )
     return row

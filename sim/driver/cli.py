@@ -30,7 +30,7 @@ from sim.driver.simulation import RunOptions, UsageError, days_to_play, run
 from sim.world.annotator_service import AnnotatorServiceError, serve
 from sim.world.annotators import annotators_for
 from sim.world.clock import read_clock, write_clock
-from sim.world.drift import PlantedDrift, parse_drift
+from sim.world.drift import SYNTAX, PlantedDrift, parse_drift, planted
 from sim.world.label_studio_server import VERSION as LABEL_STUDIO_VERSION
 from sim.world.label_studio_server import LabelStudioServerError, LocalLabelStudio
 from sim.world.replay import day_bounds, land_days
@@ -107,7 +107,11 @@ def _play_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"networks averaged in each challenger ({_default('FLYWHEEL_MEMBERS')})",
     )
     parser.add_argument(
-        "--drift", type=_drift, help="plant a drift, e.g. celsius@2013-11-01 (weather in Celsius)"
+        "--drift",
+        type=_drift,
+        help=f"plant a break from a day on, {SYNTAX}: e.g. celsius@2013-11-01 (weather in "
+        "Celsius), concept@2013-11-01 (B6 late more often), reschedule:EV+3@2013-11-01 (EV "
+        "departs 3 hours later)",
     )
     parser.add_argument(
         "--validation-days",
@@ -142,9 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         choices=list(POLICIES),
         default="flywheel",
-        help="the retraining triggers on after the first model: flywheel (default: both "
-        "sensors and the weekly schedule), static (none), weekly, drift or performance; or a "
-        f"fixed cadence, a retraining every N days ({', '.join(CADENCES)})",
+        help="the retraining triggers on after the first model: flywheel (default: the "
+        "task's monitoring.retrain_on), static (none), weekly, excess-loss, drift or "
+        f"performance; or a fixed cadence, a retraining every N days ({', '.join(CADENCES)})",
     )
     run.add_argument(
         "--seed",
@@ -201,8 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="play the same days under several retraining policies, each in its own state "
         "folder, and write one report",
     )
-    compare.add_argument("--start", type=_iso_day, required=True, help="first day")
+    compare.add_argument("--start", type=_iso_day, help="first day (required to play)")
     _play_arguments(compare)
+    next(a for a in compare._actions if a.dest == "days").required = False  # --report-only
     compare.add_argument(
         "--policies",
         type=_policies,
@@ -228,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="the policies' state folders and the report (default: $FLYWHEEL_HOME/compare)",
     )
+    compare.add_argument(
+        "--report-only", action="store_true", help="judge --out's finished plays again, no replay"
+    )
     studio = commands.add_parser(
         "label-studio",
         help="a local Label Studio under $FLYWHEEL_HOME/label-studio: install, start, stop, env",
@@ -251,7 +259,9 @@ def advance(days: int, start: date | None = None, env: str | None = None) -> int
     home = flywheel_home()
     zone = landing_zone(env)
     with tqdm(total=len(span), unit="day", desc="landing") as bar:
-        report = land_days(zone, span, load_task(), on_day=lambda day: bar.update(1))
+        report = land_days(
+            zone, span, load_task(), on_day=lambda day: bar.update(1), drift=planted(home)
+        )
     clock = read_clock(home)
     clock = max(clock, span[-1]) if clock else span[-1]
     write_clock(home, clock)
@@ -377,9 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return run_logged(args.days, args.start, options)
         if args.command == "compare":
-            from sim.driver.compare import compare_command
+            from sim.driver.rejudge import compare_or_rejudge
 
-            return compare_command(args)
+            return compare_or_rejudge(args)
         if args.command == "annotators":
             serve(flywheel_home(), annotators_for(label_exchange(), latency_days=1))
             return 0

@@ -12,7 +12,8 @@ settings, reuses that model (the first model of a seed, trained on the same rand
 every policy, trains once).
 The comparison then reads every play's report tables and writes one report
 (sim.judge.policies): per policy over its seeds, its regret against the best fixed cadence in
-hindsight, and paired weekly differences with their intervals.
+hindsight, and paired weekly differences with their intervals. `--report-only` writes that
+report again from a finished comparison's folder, replaying nothing (sim.driver.rejudge).
 
 Plays run `jobs` at a time, each pinned to its share of the machine's cores (its training's
 threads too), the first model of every seed first: a seed's later plays find it in the shared
@@ -372,6 +373,8 @@ def labels_worth(out: Path, seed: int) -> pd.DataFrame:
 
 def compare_command(args: argparse.Namespace) -> int:
     """`flywheel-sim compare`: every policy's simulation, then the comparison's report."""
+    if args.start is None or args.days is None:
+        raise UsageError("compare plays --start and --days (or --report-only judges --out again)")
     options = play_options(args)
     days_to_play(args.days, args.start)  # a start outside the task is a usage error
     out = (args.out or flywheel_home() / "compare").resolve()

@@ -19,6 +19,7 @@ from pipelines.defs.monitoring.triggers import EVENT_DAY_TAG, TRIGGER_TAG
 from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import landing_settled
 from pipelines.lib.runs import RETRAINING_JOB, task_of
+from pipelines.thresholds import ALARMS, Trigger
 from sim.driver.executor import RunExecutor, RunSummary, TickReport
 from sim.judge.alarms import CADENCE_TRIGGER
 
@@ -116,37 +117,38 @@ class ScheduleTicker:
 
 
 DAILY_SENSORS = ("landing_sensor", "label_export_sensor", "inbox_sensor")
-MONITORING_SENSORS = ("drift_sensor", "performance_sensor")
-RETRAINING_SCHEDULE = "retraining_schedule"
+MONITORING_SENSORS = tuple(t.definition_name for t in ALARMS)
+RETRAINING_SCHEDULE = Trigger.SCHEDULE.definition_name
 RETRAINING_TRIGGERS = (*MONITORING_SENSORS, RETRAINING_SCHEDULE)
 # Fixed cadences: the simulated calendar retrains every N days after the first model, whatever
 # the monitoring says and without the schedule's cooldown, as a team's plain cron job would.
 CADENCES: dict[str, int] = {f"every-{n}d": n for n in (3, 7, 14, 28)}
-# Retraining policies: which of the retraining triggers are on once the first model is trained
-# (a fixed cadence's: none; its calendar retrains). `flywheel` is the pipeline as deployed; the
-# others are what a team would otherwise run.
-POLICIES: dict[str, tuple[str, ...]] = {
+# Retraining policies: which retraining triggers are on once the first model is trained (a fixed
+# cadence's: none; its calendar retrains). `flywheel` is the pipeline as deployed; the others are
+# what a team would otherwise run.
+POLICIES: dict[str, tuple[Trigger, ...]] = {
     "static": (),
-    "weekly": (RETRAINING_SCHEDULE,),
+    "weekly": (Trigger.SCHEDULE,),
     **{name: () for name in CADENCES},
-    "drift": ("drift_sensor",),
-    "performance": ("performance_sensor",),
-    "flywheel": RETRAINING_TRIGGERS,
+    "excess-loss": (Trigger.EXCESS_LOSS,),
+    "drift": (Trigger.DRIFT,),
+    "performance": (Trigger.PERFORMANCE,),
+    "flywheel": tuple(Trigger),
     # The flywheel's triggers with every label a uniform random pick (`UNIFORM_LABELS`): the
     # same model and budget as the flywheel, without its choice of what to label.
-    "random-labels": RETRAINING_TRIGGERS,
+    "random-labels": tuple(Trigger),
 }
 # Policies whose label export spends the whole budget on the uniform audit sample.
 UNIFORM_LABELS = ("random-labels",)
-# Policies that play the task's own monitoring.retrain_on, as deployed.
+# Policies that play the task's own monitoring.retrain_on, as deployed: every trigger ticks, and
+# those the setting leaves out watch without requesting.
 AS_DEPLOYED = ("flywheel", "random-labels")
 
-# The names the task's monitoring.retrain_on gives the triggers.
-TRIGGER_NAMES = {
-    "drift_sensor": "drift",
-    "performance_sensor": "performance",
-    RETRAINING_SCHEDULE: "schedule",
-}
+
+def ticked(policy: str) -> tuple[str, ...]:
+    """The sensors and schedule the simulation ticks under `policy` once the first model is
+    trained."""
+    return tuple(t.definition_name for t in POLICIES[policy])
 
 
 def retrain_on(policy: str) -> str | None:
@@ -155,7 +157,7 @@ def retrain_on(policy: str) -> str | None:
     as deployed."""
     if policy in AS_DEPLOYED:
         return None
-    return ",".join(TRIGGER_NAMES[t] for t in POLICIES[policy]) or "none"
+    return ",".join(POLICIES[policy]) or "none"
 
 
 # What `flywheel-sim compare` plays by default: every policy but `weekly`, which `every-7d` plays
@@ -171,9 +173,9 @@ def describe_policy(policy: str) -> str:
         from pipelines.task import load_task
 
         on = load_task().monitoring.retrain_on
-        triggers = ", ".join(t for t in RETRAINING_TRIGGERS if TRIGGER_NAMES[t] in on) or "none"
+        triggers = ", ".join(t.definition_name for t in Trigger if t in on) or "none"
         return triggers + ("; every label a uniform random pick" * (policy in UNIFORM_LABELS))
-    return ", ".join(POLICIES[policy]) or "no retraining"
+    return ", ".join(ticked(policy)) or "no retraining"
 
 
 class Driver:

@@ -16,7 +16,7 @@ from pipelines.settings import DAGSTER_URL, REPO_ROOT, flywheel_home, retraining
 from pipelines.task import load_task
 from sim.driver.console import say
 from sim.world.clock import read_clock, read_progress, write_clock, write_progress
-from sim.world.drift import PlantedDrift
+from sim.world.drift import PlantedDrift, planted, record
 from sim.world.replay import day_bounds, land_days
 
 # Settings that name one state's files: a simulation given a state of its own must not inherit them.
@@ -75,6 +75,25 @@ def days_to_play(days: int, start: date | None) -> list[date]:
         unit = "days" if task.cadence == "daily" else "partitions"
         say(f"clamped to the task's last day {last}: landing {len(span)} {unit}")
     return span
+
+
+def planted_break(
+    home: Path, drift: PlantedDrift | None, played: date | None
+) -> PlantedDrift | None:
+    """The break the world of `home` plays: the one it recorded, else `drift`, recorded now so
+    that every process of that world (annotators, judge) finds it; a different one, or one that
+    starts on a day already played, is a usage error."""
+    recorded = planted(home)
+    if drift is None or drift == recorded:
+        return recorded
+    if recorded is not None:
+        raise UsageError(f"the state in {home} plays --drift {recorded}, not {drift}")
+    if played is not None and drift.start <= played:
+        raise UsageError(f"--drift {drift} starts on or before {played}, already played in {home}")
+    if (name := load_task().name) != "flights":
+        raise UsageError(f"--drift {drift} changes the flights task's world, not {name!r}'s")
+    record(home, drift)
+    return drift
 
 
 def _following(task: TaskSpec, day: date) -> date:
@@ -184,7 +203,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     from pipelines.lib.registry import champion, registered_name, versions
     from pipelines.lib.runs import RETRAINING_JOB, task_runs
     from sim.driver.daemon import DaemonDriver, webserver_from_env
-    from sim.driver.in_process import CADENCES, POLICIES, Driver, FlywheelDriver, describe_policy
+    from sim.driver.in_process import CADENCES, Driver, FlywheelDriver, describe_policy, ticked
     from sim.judge.report import BaselinesInBackground, resource, write_report
     from sim.world.annotator_service import AnnotatorProcess
     from sim.world.annotators import annotators_for
@@ -198,6 +217,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     span = days_to_play(days, start)
     if not span:
         return 0
+    drift = planted_break(home, options.drift, played)
     todo = [day for day in span if played is None or day > played]
     if len(todo) < len(span):
         say(f"resuming after {played}, the last day played: {len(todo)} of {len(span)} to play")
@@ -207,7 +227,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     name = registered_name(task.name)
 
     def land(day: date) -> None:
-        land_days(zone, [day], task, drift=options.drift)
+        land_days(zone, [day], task, drift=drift)
         write_clock(home, max(read_clock(home) or day, day))
 
     with contextlib.ExitStack() as stack:
@@ -225,7 +245,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 service.deliver,
                 options.run_configs(task),
                 options.daemon_timeout_s,
-                POLICIES[options.policy],
+                ticked(options.policy),
                 CADENCES.get(options.policy),
             )
         else:
@@ -237,7 +257,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 annotators.deliver,
                 options.run_configs(task),
                 options.pool_wait_s,
-                POLICIES[options.policy],
+                ticked(options.policy),
                 CADENCES.get(options.policy),
             )
         # The baselines' fits while the days play, in process only: the daemon's runs, in their
@@ -296,7 +316,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             "Driven by the Dagster daemon of the stack, a process per run."
             if options.daemon
             else "Driven in process.",
-            f"Planted drift: {options.drift or 'none'}.",
+            f"Planted drift: {drift or 'none'}.",
             f"Retraining policy: {options.policy} (after the first model: "
             f"{describe_policy(options.policy)}); seed {options.seed}.",
         ]

@@ -25,7 +25,7 @@ import pandas as pd
 
 from pipelines.cadence import Cadence, next_start
 from pipelines.contracts import TaskSpec
-from pipelines.defs.monitoring.triggers import ALARM_TRIGGERS, SCHEDULE_TRIGGER
+from pipelines.thresholds import ALARMS, Trigger
 from sim.judge.examples import Judged
 
 
@@ -102,7 +102,7 @@ def landed_partition(event_day: date, trigger: str, task: TaskSpec) -> date:
     """The newest landing partition played when a retraining for `event_day` started: the one an
     alarm or the operator names (by its first day); for the schedule, whose event day is the day
     before its tick, the last one that ended by the tick. For a daily task, the event day."""
-    if trigger == SCHEDULE_TRIGGER:
+    if trigger == Trigger.SCHEDULE:
         ticked = date.fromisoformat(task.partition_of(event_day + timedelta(days=1)))
         return date.fromisoformat(task.partition_of(ticked - timedelta(days=1)))
     return date.fromisoformat(task.partition_of(event_day))
@@ -238,9 +238,9 @@ def gain_error(
 def summarize(judged: pd.DataFrame, horizon: Horizon | None = None) -> AlarmSummary:
     """Precision and recall of the alarms among `judged` retrainings (see the module)."""
     trained = pd.to_numeric(judged.version, errors="coerce").notna()
-    alarms = judged[judged.trigger.isin(ALARM_TRIGGERS) & trained]
+    alarms = judged[judged.trigger.isin(ALARMS) & trained]
     scored = alarms[alarms.gain.notna()]
-    schedule = judged[(judged.trigger == SCHEDULE_TRIGGER) & (judged.gain >= MISSED)]
+    schedule = judged[(judged.trigger == Trigger.SCHEDULE) & (judged.gain >= MISSED)]
     return AlarmSummary(
         alarms=len(alarms),
         judged=len(scored),

@@ -18,6 +18,8 @@ break as the mean days between them, and the promoted models' mean gain with its
 `feed_checks_over_the_year` judges the task's value checks (the humidity rule) on every day of
 the replayed year twice: as the source has it (a failure is a false alarm) and as the first day
 of the planted break (a pass is a miss): the false-alarm rate a few weeks of play cannot show.
+A break that leaves the checked feeds as they are (`concept`, `reschedule`) is said to be out of
+their sight rather than missed; its plays are judged by the alarms and promotions alone.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines.defs.ingestion.feed_checks import judge_humidity, parse_feed_checks
-from pipelines.defs.monitoring.triggers import ALARM_TRIGGERS
+from pipelines.thresholds import ALARMS
 from sim.judge.paired import t_interval
 from sim.judge.policies import Play
 from sim.world.drift import PlantedDrift
@@ -52,7 +54,7 @@ def play_break(play: Play, start: date, production_start: date) -> dict[str, obj
     before = failed[(failed.day < start) & (failed.day >= production_start)]
     runs = _dated(play.retrainings, ["event_day", "trigger", "decision", "gain"], "event_day")
     runs = runs[runs.trigger != "bootstrap"]
-    alarms = runs[runs.trigger.isin(ALARM_TRIGGERS)]
+    alarms = runs[runs.trigger.isin(ALARMS)]
     alarmed = alarms[alarms.event_day >= start]
     promoted = runs[(runs.event_day >= start) & (runs.decision == "promoted")]
     first = promoted.iloc[0] if len(promoted) else None
@@ -106,7 +108,8 @@ def break_summary(plays: list[Play], start: date, production_start: date) -> pd.
 def feed_checks_over_the_year(task_name: str, kind: str) -> pd.DataFrame:
     """A row per day and checked feed of the task's replayed source: whether its humidity check
     passes the day as the source has it (`ordinary_passed`) and as the first day of planted
-    break `kind` (`drifted_passed`), and the rows it could judge (`readings`)."""
+    break `kind` (`drifted_passed`), whether the break changes the feed's rows that day
+    (`drifted_changed`), and the rows it could judge (`readings`)."""
     from pipelines.task import load_task
     from sim.world.sources import source_of
 
@@ -129,6 +132,7 @@ def feed_checks_over_the_year(task_name: str, kind: str) -> pd.DataFrame:
                     "readings": ordinary.rows,
                     "ordinary_passed": ordinary.passed,
                     "drifted_passed": broken.passed,
+                    "drifted_changed": not drifted.equals(frame),
                 }
             )
     return pd.DataFrame(rows)
@@ -146,10 +150,17 @@ def describe_year(year: pd.DataFrame) -> str:
     days = year.day.nunique()
     false = int((~year.ordinary_passed).sum())
     readable = year[year.readings > 0]
-    caught = float((~readable.drifted_passed).mean())
     rate = f"a false alarm every {days / false:.0f} days" if false else "none in the year"
-    return (
+    said = (
         f"Over the replayed year ({days} days), the feeds' humidity check failed on {false} "
-        f"ordinary days ({rate}), and caught the planted break on {caught:.1%} of the "
-        f"{len(readable)} days with readings it could have begun on."
+        f"ordinary days ({rate}), "
+    )
+    if not readable.drifted_changed.any():
+        return (
+            said + "and the planted break leaves the feeds it reads as they are: out of its sight."
+        )
+    caught = float((~readable.drifted_passed).mean())
+    return said + (
+        f"and caught the planted break on {caught:.1%} of the {len(readable)} days with "
+        "readings it could have begun on."
     )

@@ -15,7 +15,7 @@ from ml.labels import class_indices
 from ml.metrics import auroc, logloss, multiclass_auroc, multiclass_metrics
 from pipelines.model_spec import ModelSpec
 from pipelines.task import Task, load_task
-from sim.world.sources import outcome_of
+from sim.world.sources import outcomes_of
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,9 @@ class Judged:
         return self.spec.class_columns
 
     def outcomes(self, example_ids: pd.Series) -> list:
-        """The held-back outcome (the label's value) of each example."""
-        return [outcome_of(self.task.name, i) for i in example_ids]
+        """The held-back outcome (the label's value) of each example, with the world's planted
+        break."""
+        return outcomes_of(self.task.name, example_ids)
 
     def period(self, days: pd.Series) -> pd.Series:
         """The period the report groups an example's day into: its week (the Monday) for a daily

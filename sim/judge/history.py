@@ -11,6 +11,7 @@ import pandas as pd
 
 from pipelines.lib.asset_keys import task_key
 from pipelines.lib.runs import RETRAINING_JOB, task_runs
+from pipelines.thresholds import ALARMS
 from sim.judge.examples import Judged
 
 
@@ -127,3 +128,19 @@ def label_spend(defs: dg.Definitions, judged: Judged) -> pd.DataFrame:
         f"from raw.{task.label_tasks_table} t left join raw.{task.labels_table} l "
         "using (task_id) group by t.reason order by exported desc"
     )
+
+
+def retraining_events(runs: pd.DataFrame) -> pd.DataFrame:
+    """The report plot's marks: each retraining an alarm asked for (on its event day) and each
+    promotion (on the event day of the retraining that promoted)."""
+    if runs.empty:
+        return pd.DataFrame(columns=["day", "kind"])
+    alarms_ = runs[runs.trigger.isin([str(t) for t in ALARMS])]
+    promoted = runs[runs.decision == "promoted"]
+    return pd.concat(
+        [
+            pd.DataFrame({"day": alarms_.event_day, "kind": "alarm"}),
+            pd.DataFrame({"day": promoted.event_day, "kind": "promotion"}),
+        ],
+        ignore_index=True,
+    ).query("day != ''")

@@ -2,9 +2,10 @@
 
 Every (policy, seed) play leaves its report tables (`weekly.csv`, `retrainings.csv`,
 `labels.csv`); this module reads them as `Play`s and writes `compare_report.md` with a row per
-policy (means over its plays), its regret against the best fixed cadence in hindsight and the
-paired differences against the flywheel and against that cadence (sim.judge.paired says how the
-intervals are made), the weekly AUC plot, and the tables as CSV.
+policy (means over its plays), its regret against the best fixed cadence in hindsight and
+cross-fitted, the paired differences against the flywheel and against that cadence
+(sim.judge.comparisons; sim.judge.statistics says how intervals are read), the weekly AUC plot,
+and the tables as CSV.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.judge.alarm_lift import alarm_lift
-from sim.judge.alarms import WORTH
-from sim.judge.paired import differences, regret, weekly_scores
+from sim.judge.comparisons import (
+    lift_section,
+    paired_sections,
+    regret_section,
+    table_text,
+    worth_section,
+)
+from sim.judge.cross_fit import cross_fitted_regret
+from sim.judge.paired import regret, weekly_scores
 
 REPORTED = ("weekly", "retrainings", "labels")
 
@@ -75,10 +82,14 @@ def summary(plays: list[Play], cadences: list[str]) -> pd.DataFrame:
     """A row per policy: its seeds, mean weekly production AUC and log loss over its plays'
     weeks, the gain over its plays' static model, labels, retrainings by trigger, promotions and
     retraining seconds per play, its regret against the best fixed cadence among `cadences`
-    (with its interval; NaN if none was played) and the wall seconds of all its plays."""
+    (with its interval; NaN if none was played), the same chosen cross-fitted (`regret_cf`,
+    sim.judge.cross_fit, with its block interval and minimal detectable effect; with two seeds
+    or more) and the wall seconds of all its plays."""
     long = scores(plays)
     played = [c for c in cadences if (long.policy == c).any()]
     regrets = regret(long, played).set_index("policy") if played else pd.DataFrame()
+    fitted = cross_fitted_regret(long, played) if played else pd.DataFrame()
+    fitted = fitted.set_index("policy") if len(fitted) else fitted
     rows = []
     for policy in dict.fromkeys(p.policy for p in plays):
         own = [p for p in plays if p.policy == policy]
@@ -107,6 +118,14 @@ def summary(plays: list[Play], cadences: list[str]) -> pd.DataFrame:
         if policy in regrets.index:
             mine = regrets.loc[policy]
             row |= {"regret": mine.regret, "regret_low": mine.low, "regret_high": mine.high}
+        if policy in fitted.index:
+            mine = fitted.loc[policy]
+            row |= {
+                "regret_cf": mine.regret,
+                "regret_cf_block_low": mine.block_low,
+                "regret_cf_block_high": mine.block_high,
+                "regret_cf_mde": mine.mde,
+            }
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -141,20 +160,6 @@ def weekly_table(plays: list[Play]) -> pd.DataFrame:
     return table.sort_values("week").reset_index(drop=True)
 
 
-def paired_tables(plays: list[Play], summary_table: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The paired differences of every policy against the flywheel and against the best fixed
-    cadence in hindsight, those of the two that were played."""
-    long = scores(plays)
-    tables = {}
-    if (long.policy == "flywheel").any():
-        tables["flywheel"] = differences(long, "flywheel")
-    if "regret" in summary_table:
-        best = summary_table.loc[summary_table.regret == 0, "policy"]
-        if len(best):
-            tables[str(best.iloc[0])] = differences(long, str(best.iloc[0]))
-    return tables
-
-
 def _table(frame: pd.DataFrame) -> str:
     return frame.to_markdown(index=False, floatfmt=".3f") if len(frame) else "(none)"
 
@@ -168,9 +173,10 @@ def write(
     broken: tuple[str, pd.DataFrame] | None = None,
 ) -> tuple[Path, pd.DataFrame]:
     """Write `compare_report.md`, `weekly_auc.png` and the tables as CSV (`summary.csv`,
-    `weekly.csv`, `scores.csv`, `paired.csv`, `labels_worth.csv` with the flywheel plays'
-    `worth` tables by seed, `break.csv` with the planted break's table of `broken`, its text
-    and table) under `out`/report; the report and the summary."""
+    `weekly.csv`, `scores.csv`, `paired.csv`, `regret.csv` (cross-fitted), `alarm_lift.csv`,
+    `labels_worth.csv` with the flywheel plays' `worth` tables by seed, `break.csv` with the
+    planted break's table of `broken`, its text and table) under `out`/report; the report and
+    the summary."""
     from ml.plots import weekly_auc_figure
 
     report = out / "report"
@@ -178,10 +184,10 @@ def write(
     table = summary(plays, cadences)
     weekly = weekly_table(plays)
     lines = [c for c in weekly.columns if c not in ("week", "examples", "label_mean")]
-    long = weekly.melt(id_vars="week", value_vars=lines, var_name="model", value_name="auroc")
+    curves = weekly.melt(id_vars="week", value_vars=lines, var_name="model", value_name="auroc")
     plot = report / "weekly_auc.png"
-    plot.write_bytes(weekly_auc_figure(long.dropna()))
-    paired = paired_tables(plays, table)
+    plot.write_bytes(weekly_auc_figure(curves.dropna()))
+    long = scores(plays)
     sections = [
         "# Retraining policies compared",
         intro,
@@ -194,44 +200,24 @@ def write(
         "the policy's models, each at what its training cost in the play that trained it, "
         "`reused`: models the play took from the shared folder. `regret`: the best fixed "
         "cadence's mean weekly AUC in hindsight minus the policy's, paired by seed and week, "
-        "with its 95% interval (`regret_low`, `regret_high`). `ece`, `worst_ece`: the live "
+        "with its 95% interval over the weeks (`regret_week`); chosen on these very plays, it "
+        "flatters the best: `regret_cf` is the same with the best chosen cross-fitted (each "
+        "seed against the cadence best on the other seeds), with its block interval "
+        "(`regret_cf_block`; see the section below). `ece`, `worst_ece`: the live "
         "scores' expected calibration error, mean over weeks and the worst week; `corrected_`: "
         "the same scores with each day's prior moved to the late rate of the audit labels that "
         "came back in the 14 days before (sim.judge.calibration). `wall_s`: the plays' "
-        "simulations, summed over resumed attempts." + _baselines(weekly) + "\n\n" + _table(table),
+        "simulations, summed over resumed attempts."
+        + _baselines(weekly)
+        + "\n\n"
+        + table_text(table),
     ]
-    for against, frame in paired.items():
-        sections.append(
-            f"## Paired differences against {against}\n\nEach policy minus {against}: mean "
-            "weekly AUC and log loss over the weeks and seeds both played, a week's difference "
-            "averaged over the seeds, Student's t 95% interval over the weeks; `seeds_ahead`: "
-            "in how many seeds the policy's mean AUC was the higher. An interval across 0 "
-            "finds no difference.\n\n" + _table(frame)
-        )
-    lift = alarm_lift({(p.policy, p.seed): p.retrainings for p in plays}, "every-7d", 7)
-    if len(lift):
-        sections.append(
-            "## Alarms against the calendar\n\nEach alarm policy's drift and performance "
-            f"retrainings judged against every-7d's: `precision`, the share that gained {WORTH} "
-            "AUC or more over the champion in the next 14 days; `base_rate`, the share of "
-            "every-7d's retrainings that did; `lift`, their ratio; `recall`, of every-7d's "
-            "retrainings that gained, the share the policy matched with an alarm in the week "
-            "before, in the same seed; `_clear`: the same, a retraining counted as gaining "
-            "only when its gain's 95% interval (its standard error by resampling the 14 days) "
-            "lies above 0 (sim.judge.alarm_lift).\n\n" + _table(lift)
-        )
-        lift.to_csv(report / "alarm_lift.csv", index=False)
+    sections += paired_sections(long, table, report)
+    sections += regret_section(long, [c for c in cadences if (long.policy == c).any()], report)
+    sections += lift_section({(p.policy, p.seed): p.retrainings for p in plays}, report)
     if worth:
-        said, worth_table = labels_worth(worth)
-        sections.append(
-            "## What the flywheel's labels are worth\n\nThe same-budget reference fitted on "
-            "uniformly random labels at multiples of the flywheel's, leaving out the features "
-            "computed from the flywheel's own labels (`model.label_features`), and the ceiling "
-            "on the same features (sim.judge.labels_worth). `flywheel_minus`: the flywheel's "
-            "mean weekly AUC minus the reference's, paired by week and seed, with its 95% "
-            f"interval.\n\n{said}\n\n" + _table(worth_table)
-        )
-        worth_table.to_csv(report / "labels_worth.csv", index=False)
+        flywheel = {p.seed: p.weekly for p in plays if p.policy == "flywheel"}
+        sections += worth_section(worth, report, flywheel)
     if broken:
         said, break_table = broken
         sections.append(f"## The planted break\n\n{said}\n\n" + _table(break_table))
@@ -244,9 +230,7 @@ def write(
     markdown.write_text("\n\n".join(sections) + "\n")
     table.to_csv(report / "summary.csv", index=False)
     weekly.to_csv(report / "weekly.csv", index=False)
-    scores(plays).to_csv(report / "scores.csv", index=False)
-    if paired:
-        pd.concat(paired.values(), ignore_index=True).to_csv(report / "paired.csv", index=False)
+    long.to_csv(report / "scores.csv", index=False)
     return markdown, table
 
 
@@ -275,47 +259,3 @@ def read_play(folder: Path, policy: str, seed: int, wall_s: float) -> Play | str
     return Play(
         policy, seed, tables["weekly"], tables["retrainings"], tables["labels"], wall_s, **optional
     )
-
-
-def labels_worth(tables: dict[int, pd.DataFrame]) -> tuple[str, pd.DataFrame]:
-    """The flywheel's labels' worth over its seeds (sim.judge.labels_worth's tables, by seed):
-    a row per multiple of its label budget, the reference's mean weekly AUC and the flywheel's
-    paired difference from it (a week's difference averaged over the seeds, Student's t over
-    the weeks); the text gives the worth in labels and the share of the reference-to-ceiling
-    gap the flywheel closed."""
-    from sim.judge.labels_worth import MULTIPLES, column, worth_in_labels
-    from sim.judge.paired import paired_difference
-
-    frames = []
-    for seed, table in tables.items():
-        both = table.dropna()
-        for name in ["flywheel", "ceiling", *(column(m) for m in MULTIPLES)]:
-            frames.append(
-                pd.DataFrame(
-                    {"policy": name, "seed": seed, "week": both.week, "auc": both[name]}
-                ).assign(logloss=float("nan"))
-            )
-    long = pd.concat(frames, ignore_index=True)
-    mean = long.groupby("policy")["auc"].mean()
-    rows = []
-    for m in MULTIPLES:
-        diff = paired_difference(long, "flywheel", column(m), "auc").interval
-        rows.append(
-            {
-                "labels": f"{m:g}x the flywheel's",
-                "reference_auc": mean[column(m)],
-                "flywheel_minus": diff.estimate,
-                "low": diff.low,
-                "high": diff.high,
-            }
-        )
-    worth = worth_in_labels(mean["flywheel"], {m: mean[column(m)] for m in MULTIPLES})
-    gap = mean["ceiling"] - mean[column(1.0)]
-    closed = (mean["flywheel"] - mean[column(1.0)]) / gap if gap > 0 else float("nan")
-    text = (
-        f"Over {len(tables)} seeds: flywheel {mean['flywheel']:.4f}, all-labels ceiling "
-        f"{mean['ceiling']:.4f}; the flywheel is worth {worth:.2f} times its labels (a "
-        f"uniformly random sample of that many does as well), and closes {closed:.0%} of the "
-        "gap from the same-budget reference to the ceiling."
-    )
-    return text, pd.DataFrame(rows)

@@ -33,7 +33,7 @@ from sim.judge import alarms, history
 from sim.judge.baseline_fits import BaselineFits
 from sim.judge.calibration import weekly_calibration
 from sim.judge.examples import Judged
-from sim.judge.history import label_spend, resource, retrainings, trainings
+from sim.judge.history import label_spend, resource, retraining_events, retrainings, trainings
 from sim.judge.reference import Fitted, period_end
 
 
@@ -325,7 +325,8 @@ def write_report(
     verdicts = alarms.summarize(runs, horizon) if len(runs) else alarms.AlarmSummary.none(horizon)
     long = weekly.melt(id_vars="week", value_vars=models, var_name="model")
     plot = out_dir / "weekly_auc.png"
-    plot.write_bytes(weekly_auc_figure(long.rename(columns={"value": "auroc"}).dropna()))
+    by_model = long.rename(columns={"value": "auroc"}).dropna()
+    plot.write_bytes(weekly_auc_figure(by_model, retraining_events(runs)))
     tracker = resource(defs, "tracker")
     registry = pd.DataFrame(
         [

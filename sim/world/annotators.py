@@ -15,9 +15,10 @@ deployment would use it:
 The Label Studio project's labeling config is generated from the task's YAML
 (`LabelingSpec.labeling_config`); an answer picks one of its choices.
 
-Answers come from the outcomes the replay holds back (`sim.world.sources.outcome_of`): for
-flights `late` if the flight arrived 15+ minutes late, and also if it has no arrival delay at all
-(cancelled or diverted: it did not arrive on time), otherwise `on_time`; for a rating, its stars.
+Answers come from the outcomes the replay holds back (`sim.world.sources.outcome_of`, with the
+break planted in the world, if any: sim.world.drift): for flights `late` if the flight arrived
+15+ minutes late, and also if it has no arrival delay at all (cancelled or diverted: it did not
+arrive on time), otherwise `on_time`; for a rating, its stars.
 With probability `noise` an answer is wrong (seeded per task): a binary answer flipped, another
 choice at random otherwise.
 

@@ -121,3 +121,23 @@ def _arrival_delays(day: str) -> dict[str, str]:
     flights = load().day("flights", day)
     ids = day + "_" + flights["carrier"] + flights["flight"] + "_" + flights["origin"]
     return dict(zip(ids, flights["arr_delay"], strict=True))
+
+
+def carrier_of(flight_id: str) -> str:
+    """The carrier code of a flight id (`<date>_<carrier><number>_<origin>`)."""
+    return flight_id.split("_")[1][:2]
+
+
+@functools.cache
+def carrier_late_rates() -> dict[str, float]:
+    """Each carrier's share of late flights (`is_late`) over the whole replayed year."""
+    flights = pd.concat(load().daily["flights"].values(), ignore_index=True)
+    delay = pd.to_numeric(flights["arr_delay"].replace("", None), errors="raise")
+    late = delay.isna() | (delay >= LATE_MINUTES)
+    return {str(c): float(rate) for c, rate in late.groupby(flights["carrier"]).mean().items()}
+
+
+@functools.cache
+def carriers() -> frozenset[str]:
+    """The carrier codes of the source's airlines table."""
+    return frozenset(read_table("airlines")["carrier"])

@@ -6,13 +6,15 @@ its dimension tables whole (`table`), with the contract's columns as text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import date
 from typing import Protocol
 
 import pandas as pd
 
+from pipelines.settings import flywheel_home
 from sim.world import movielens, nycflights
+from sim.world.drift import PlantedDrift, planted
 
 
 class Source(Protocol):
@@ -38,13 +40,29 @@ OUTCOMES: dict[str, Callable[[str], object]] = {
 
 
 def outcome_of(task_name: str, example_id: str) -> object:
-    """The held-back outcome of one example of the task named `task_name`."""
+    """The held-back outcome of one example of the task named `task_name`, as the world of
+    FLYWHEEL_HOME has it (with the planted break it records, if any)."""
+    return outcomes_of(task_name, [example_id])[0]
+
+
+def outcomes_of(task_name: str, example_ids: Iterable[str]) -> list[object]:
+    """`outcome_of` each example, the planted break read once."""
+    return held_back(task_name, example_ids, planted(flywheel_home()))
+
+
+def held_back(
+    task_name: str, example_ids: Iterable[str], drift: PlantedDrift | None
+) -> list[object]:
+    """The outcome of each example of the task named `task_name` in a world with break `drift`
+    (None: the source's own)."""
     outcome = OUTCOMES.get(task_name)
     if outcome is None:
         raise KeyError(
             f"the simulator has no outcomes for task {task_name!r}; known: {list(OUTCOMES)}"
         )
-    return outcome(example_id)
+    if drift is None:
+        return [outcome(i) for i in example_ids]
+    return [drift.outcome(task_name, i, outcome(i)) for i in example_ids]
 
 
 def source_of(task_name: str) -> Source:

@@ -72,3 +72,17 @@ def test_a_year_of_weeks_is_ticked_by_month_and_a_few_weeks_by_monday() -> None:
     assert (months[1:] == months[:-1] + pd.DateOffset(months=1)).all()  # one tick a month
 
     assert tick_labels(WEEKLY) == ["2024-01-01", "2024-01-08", "2024-01-15"]
+
+
+def test_the_weekly_plot_marks_each_alarm_and_each_promotion() -> None:
+    events = pd.DataFrame(
+        {"day": ["2024-01-03", "2024-01-10", "2024-01-04"], "kind": ["alarm", "alarm", "promotion"]}
+    )
+    fig = weekly_auc_plot(WEEKLY, events)
+    ax = fig.axes[0]
+    alarms = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(alarms) == 2
+    (promotions,) = [line for line in ax.get_lines() if line.get_marker() == "^"]
+    assert len(promotions.get_xdata()) == 1
+    assert {"alarm", "promotion"} <= {t.get_text() for t in ax.get_legend().get_texts()}
+    assert len(weekly_auc_plot(WEEKLY).axes[0].get_lines()) == len(set(WEEKLY.model))

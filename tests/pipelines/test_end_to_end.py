@@ -1,5 +1,7 @@
 """The whole flywheel over a short window: a planted drift makes it retrain and decide.
 
+Every trigger requests here (FLYWHEEL_RETRAIN_ON), the drift sensor included.
+
 Days land one by one and the driver ticks the real sensors and schedules against a test
 instance. The first model trains after six days (small validation and test windows keep that
 early); from day eight the weather feed reports temperatures in Celsius.
@@ -26,6 +28,7 @@ from pipelines.lib.registry import champion, registered_name
 from pipelines.lib.runs import full_pool_holders
 from pipelines.resources import label_store
 from pipelines.task import load_task
+from pipelines.thresholds import Trigger
 from sim.driver.in_process import FlywheelDriver
 from sim.world.annotators import LabelingService
 from sim.world.drift import PlantedDrift
@@ -77,6 +80,9 @@ def _play(tmp, patch):
     from tests.pipelines.conftest import flywheel_in, make_dvc_repo
 
     make_dvc_repo(tmp, patch)
+    # The task's default has drift watch without requesting; this window plays it as a trigger,
+    # beside the others.
+    patch.setenv("FLYWHEEL_RETRAIN_ON", ",".join(Trigger))
     with flywheel_in(tmp, patch) as flywheel:
         annotators = LabelingService(label_store("local"), latency_days=1)
         driver = FlywheelDriver(
@@ -471,3 +477,27 @@ def test_the_simulation_killed_mid_day_resumes_to_the_same_report(played, tmp_pa
             assert "[1/2" not in done.stdout and "[2/2" in done.stdout
         figures.append(report_figures(tmp_path / name / "report" / "flywheel_report.md"))
     assert figures[0] and figures[0] == figures[1]
+
+
+def test_the_excess_loss_alarm_measures_each_day_and_waits_for_its_reference(played) -> None:
+    instance = played.instance
+    records = instance.fetch_materializations(
+        dg.AssetKey(["flights", "excess_loss"]), limit=100
+    ).records
+    measured = {
+        r.asset_materialization.partition: {
+            k: v.value for k, v in r.asset_materialization.metadata.items()
+        }
+        for r in records
+        if "excess_loss" in r.asset_materialization.metadata
+    }
+    # Each import day after the first champion scored: the uniform labels of the day before.
+    days = sorted(measured)
+    assert days and days[0] > (START + timedelta(days=BOOTSTRAP - 1)).isoformat()
+    assert all(m["labels"] > 0 and abs(m["excess_loss"]) < 1 for m in measured.values())
+    # Ten days hold no 28 reference days: measured, not armed, no alarm, no request.
+    assert all(m["status"].startswith("not armed") and not m["is_alarm"] for m in measured.values())
+    assert retraining_runs(instance, "excess_loss") == []
+    with played.resource.connect() as con:  # the table the alarm reads its history from
+        stored = con.df("select * from monitoring_excess_loss order by monitored_on")
+    assert [d.isoformat() for d in pd.to_datetime(stored.monitored_on).dt.date] == days

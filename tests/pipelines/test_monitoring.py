@@ -17,10 +17,11 @@ from pipelines.defs.monitoring.triggers import build_monitoring_triggers, in_coo
 from pipelines.lib.runs import TASK_TAG
 from pipelines.lib.warehouse import DuckDBWarehouse, replace_rows
 from pipelines.monitoring import drift_table, flagged_segments, realized_performance
-from pipelines.thresholds import MonitoringSpec
+from pipelines.thresholds import MonitoringSpec, Trigger
 
 TASK = "flights"
 POLICY = MonitoringSpec(
+    retrain_on=tuple(Trigger),
     min_labels=100,
     cooldown_days=7,
     flagged_segment_types=("carrier", "route"),
@@ -149,20 +150,24 @@ def test_cooldown_counts_monitored_days(day: str, last: str | None, expected: bo
     assert in_cooldown(day, last, 7) is expected
 
 
+# The labels and champion assets, and the monitoring asset of each alarm.
+MONITORED = (
+    dg.AssetKey("labels"),
+    dg.AssetKey("champion_model"),
+    {
+        Trigger.EXCESS_LOSS: dg.AssetKey("excess_loss"),
+        Trigger.DRIFT: dg.AssetKey("feature_drift"),
+        Trigger.PERFORMANCE: dg.AssetKey("model_performance"),
+    },
+)
+
+
 @pytest.fixture
 def triggers():
     job = dg.define_asset_job(
         "retraining_job", selection=dg.AssetSelection.all(), tags={TASK_TAG: TASK}
     )
-    drift, performance, schedule = build_monitoring_triggers(
-        job,
-        POLICY,
-        dg.AssetKey("labels"),
-        dg.AssetKey("champion_model"),
-        dg.AssetKey("feature_drift"),
-        dg.AssetKey("model_performance"),
-    )
-
+    sensors, schedule = build_monitoring_triggers(job, POLICY, *MONITORED)
     daily = dg.DailyPartitionsDefinition("2013-01-01")
 
     @dg.asset(partitions_def=daily)
@@ -172,15 +177,18 @@ def triggers():
     def model_performance() -> None: ...
 
     @dg.asset(partitions_def=daily)
+    def excess_loss() -> None: ...
+
+    @dg.asset(partitions_def=daily)
     def labels() -> None: ...
 
     defs = dg.Definitions(
-        assets=[feature_drift, model_performance, labels],
+        assets=[feature_drift, model_performance, excess_loss, labels],
         jobs=[job],
-        sensors=[drift, performance],
+        sensors=sensors,
         schedules=[schedule],
     )
-    return defs, drift, schedule
+    return defs, defs.resolve_sensor_def("drift_sensor"), schedule
 
 
 def report(instance: dg.DagsterInstance, day: str, drifted: bool | None) -> None:
@@ -233,6 +241,81 @@ def test_performance_sensor_requests_when_the_champion_decays(triggers) -> None:
         assert tick(defs, sensor, instance, first.cursor).run_requests == []
     assert [r.run_key for r in first.run_requests] == ["performance_sensor:2013-10-03"]
     assert first.run_requests[0].tags["flywheel/trigger"] == "performance"
+
+
+def test_excess_loss_sensor_requests_on_an_alarm_with_its_trigger_tag(triggers) -> None:
+    defs, *_ = triggers
+    sensor = defs.resolve_sensor_def("excess_loss_sensor")
+    with dg.instance_for_test() as instance:
+        for day, alarm in (("2013-10-02", False), ("2013-10-03", True)):
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    "excess_loss", partition=day, metadata={"model_version": 3, "is_alarm": alarm}
+                )
+            )
+        first = tick(defs, sensor, instance, None)
+    assert [r.run_key for r in first.run_requests] == ["excess_loss_sensor:2013-10-03"]
+    assert first.run_requests[0].tags["flywheel/trigger"] == "excess_loss"
+
+
+def played(excess: list[float], start: str) -> list[dict[str, object]]:
+    """The alarm's verdict on each day of `excess` from `start`, as the daily asset gives them:
+    each day reads the days before with the alarms they raised."""
+    from pipelines.monitoring import excess_loss_alarm
+
+    days = pd.date_range(start, periods=len(excess), freq="D").date
+    history = pd.DataFrame({"monitored_on": days, "excess_loss": excess, "is_alarm": False})
+    verdicts = []
+    for i, day in enumerate(days):
+        verdict = excess_loss_alarm(history.iloc[: i + 1], day, ALARM)
+        history.loc[i, "is_alarm"] = verdict["is_alarm"]
+        verdicts.append(verdict)
+    return verdicts
+
+
+ALARM = MonitoringSpec(
+    alarm_min_excess_loss=0.04,
+    alarm_history_days=60,
+    alarm_recent_days=7,
+    alarm_min_history_days=20,
+    alarm_run_length=30,
+)
+
+
+def test_the_excess_loss_alarm_arms_on_enough_reference_days_and_fires_on_a_step() -> None:
+    rng = np.random.default_rng(0)
+    quiet = list(rng.normal(0.01, 0.05, 27))
+    # Fewer than 20 reference days before the recent 7: not armed, whatever the day's loss.
+    early = played([*quiet[:25], 5.0], "2013-06-01")
+    assert not any(v["is_alarm"] for v in early)
+    assert early[-1]["status"].startswith("not armed: 18 of 20")
+    # Armed from day 27 on; a step of 0.3 nats from that day: the CUSUM crosses within days.
+    verdicts = played([*quiet, *[0.31] * 10], "2013-06-01")
+    fired = [k for k, v in enumerate(verdicts) if v["is_alarm"]]
+    assert fired and 27 <= fired[0] <= 30, [v["status"] for v in verdicts[25:]]
+    assert verdicts[27]["reference_days"] == 20
+    assert verdicts[27]["reference_mean"] == pytest.approx(np.mean(quiet[:20]))
+    # After an alarm the sum starts again from 0: the next day holds one day's excess.
+    after = verdicts[fired[0] + 1]
+    assert after["cusum"] == pytest.approx(0.31 - after["reference_mean"] - 0.02)
+    # Days below the level bring the sum back to 0 once the step ends.
+    ended = played([*quiet, *[0.31] * 2, *[-0.2] * 3], "2013-06-01")
+    assert ended[28]["cusum"] > 0 and ended[-1]["cusum"] == 0.0 and not ended[-1]["is_alarm"]
+
+
+def test_the_excess_loss_of_a_day_reads_each_class_probability() -> None:
+    from pipelines.monitoring import daily_excess_loss
+
+    binary = daily_excess_loss(pd.DataFrame({"label": [True, False], "probability": [0.8, 0.8]}))
+    loss = -(np.log(0.8) + np.log(0.2)) / 2
+    entropy = -(0.8 * np.log(0.8) + 0.2 * np.log(0.2))
+    assert binary["labels"] == 2
+    assert binary["excess_loss"] == pytest.approx(loss - entropy)
+    three = pd.DataFrame({"label": ["b"], "p_0": [0.2], "p_1": [0.5], "p_2": [0.3]})
+    many = daily_excess_loss(three, ("a", "b", "c"))
+    h = -(0.2 * np.log(0.2) + 0.5 * np.log(0.5) + 0.3 * np.log(0.3))
+    assert many["excess_loss"] == pytest.approx(-np.log(0.5) - h)
+    assert np.isnan(daily_excess_loss(three.iloc[:0], ("a", "b", "c"))["excess_loss"])
 
 
 def add_retraining(
@@ -460,14 +543,8 @@ def test_a_trigger_retrain_on_leaves_out_watches_and_requests_nothing(monkeypatc
         "retraining_job", selection=dg.AssetSelection.all(), tags={TASK_TAG: TASK}
     )
     watching = replace(POLICY, retrain_on=("performance",))
-    drift, _, schedule = build_monitoring_triggers(
-        job,
-        watching,
-        dg.AssetKey("labels"),
-        dg.AssetKey("champion_model"),
-        dg.AssetKey("feature_drift"),
-        dg.AssetKey("model_performance"),
-    )
+    sensors, schedule = build_monitoring_triggers(job, watching, *MONITORED)
+    drift = next(s for s in sensors if s.name == "drift_sensor")
 
     @dg.asset(partitions_def=dg.DailyPartitionsDefinition("2013-01-01"))
     def feature_drift() -> None: ...

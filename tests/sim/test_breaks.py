@@ -92,3 +92,23 @@ def test_the_humidity_check_never_fails_an_ordinary_day_and_catches_celsius_on_a
     said = describe_year(year)
     assert "failed on 0 ordinary days (none in the year)" in said
     assert "caught the planted break on 100.0% of the 364 days" in said
+
+
+def test_a_break_the_checked_feeds_never_show_is_out_of_the_checks_sight():
+    days = pd.date_range("2013-01-01", periods=3).date
+    year = pd.DataFrame(
+        {
+            "day": days,
+            "feed": "weather",
+            "readings": [24, 24, 0],
+            "ordinary_passed": [True, False, True],
+            "drifted_passed": [True, False, True],
+            "drifted_changed": False,
+        }
+    )
+    said = describe_year(year)
+    assert "failed on 1 ordinary days (a false alarm every 3 days)" in said
+    assert "leaves the feeds it reads as they are: out of its sight" in said
+    assert "caught" not in said
+    year.loc[0, "drifted_changed"] = True
+    assert "caught the planted break on 50.0% of the 2 days" in describe_year(year)

@@ -20,7 +20,7 @@ import pytest
 
 from sim.driver.cli import main
 from sim.driver.executor import TickReport
-from sim.driver.in_process import CADENCES, POLICIES, RETRAINING_SCHEDULE, Driver
+from sim.driver.in_process import CADENCES, POLICIES, RETRAINING_SCHEDULE, Driver, ticked
 from sim.driver.simulation import RunOptions
 
 ARGS = ["compare", "--start", "2013-09-02", "--days", "10", "--bootstrap-days", "6"]
@@ -155,17 +155,17 @@ class Recorded(Driver):
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_the_weekly_schedule_ticks_only_where_the_policy_turns_it_on(policy) -> None:
-    driver = Recorded(POLICIES[policy])
+    driver = Recorded(ticked(policy))
     driver.retraining = True
     driver.day(date(2013, 9, 8))
-    expected = [datetime(2013, 9, 9, tzinfo=UTC)] if RETRAINING_SCHEDULE in POLICIES[policy] else []
+    expected = [datetime(2013, 9, 9, tzinfo=UTC)] if RETRAINING_SCHEDULE in ticked(policy) else []
     assert driver.asked == expected
 
 
 @pytest.mark.parametrize("policy", list(CADENCES))
 def test_a_fixed_cadence_retrains_every_n_days_of_production(policy) -> None:
     n = CADENCES[policy]
-    driver = Recorded(POLICIES[policy], n)
+    driver = Recorded(ticked(policy), n)
     driver.day(date(2013, 9, 1))  # before the first model: nothing
     driver.retraining, driver.production_start = True, date(2013, 9, 2)
     days = [date(2013, 9, 2) + timedelta(d) for d in range(60)]
@@ -288,6 +288,7 @@ def test_a_policy_turns_on_its_triggers_and_the_flywheel_plays_the_tasks() -> No
     from sim.driver.in_process import retrain_on
 
     assert retrain_on("drift") == "drift" and retrain_on("weekly") == "schedule"
+    assert retrain_on("excess-loss") == "excess_loss"
     assert retrain_on("static") == "none" and retrain_on("every-7d") == "none"
     assert retrain_on("flywheel") is None  # the task's monitoring.retrain_on, as deployed
 

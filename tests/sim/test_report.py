@@ -90,3 +90,23 @@ def test_the_baselines_fitted_while_the_days_play_are_those_the_report_would_fit
             _, y, fit = played.fit(pool, week)
             assert fit is not None and fitted[(week, name)][0] == fingerprint(fit)
             assert fitted[(week, name)][1] == auroc(y, fit_predict(*fit, seed=0))
+
+
+def test_the_plot_marks_alarms_and_promotions_not_scheduled_retrainings() -> None:
+    from sim.judge.history import retraining_events
+
+    runs = pd.DataFrame(
+        {
+            "event_day": ["2013-10-01", "2013-10-08", "2013-10-09", ""],
+            "trigger": ["schedule", "excess_loss", "drift", "bootstrap"],
+            "decision": ["promoted", "rejected", "promoted", "promoted"],
+        }
+    )
+    events = retraining_events(runs)
+    assert sorted(zip(events.day, events.kind, strict=True)) == [
+        ("2013-10-01", "promotion"),
+        ("2013-10-08", "alarm"),
+        ("2013-10-09", "alarm"),
+        ("2013-10-09", "promotion"),
+    ]
+    assert retraining_events(runs.iloc[:0]).empty

@@ -1,4 +1,5 @@
-"""Daily monitoring: feature and prediction drift against the champion, realized performance."""
+"""Daily monitoring: feature and prediction drift against the champion, its realized performance,
+and the excess-loss alarm."""
 
 from datetime import date, timedelta
 from functools import lru_cache
@@ -19,13 +20,20 @@ from pipelines.lib.warehouse import (
     WarehouseConnection,
     replace_rows,
 )
-from pipelines.monitoring import drift_table, flagged_segments, realized_performance
+from pipelines.monitoring import (
+    daily_excess_loss,
+    drift_table,
+    excess_loss_alarm,
+    flagged_segments,
+    realized_performance,
+)
 from pipelines.task import Task
 
 GROUP = "monitoring"
 DRIFT_TABLE = "monitoring_feature_drift"
 FLAGS_TABLE = "drift_flagged_segments"
 PERFORMANCE_TABLE = "monitoring_performance"
+EXCESS_LOSS_TABLE = "monitoring_excess_loss"
 
 
 def window(day: str, days: int) -> tuple[str, str]:
@@ -41,11 +49,28 @@ def _no_champion(context: dg.AssetExecutionContext, name: str) -> dg.Materialize
 
 
 def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
-    """`feature_drift` (after scoring) and `model_performance` (after label import), daily."""
+    """`feature_drift` (after scoring), `model_performance` and `excess_loss` (after label
+    import), daily."""
     spec, monitoring = task.model, task.monitoring
     name = registered_name(task.name)
     predictions, day_column = spec.predictions_table, spec.time_column
     tasks_table = f"{RAW_SCHEMA}.{task.label_tasks_table}"
+    per_class = "".join(f", p.{c}" for c in spec.class_columns)
+
+    def uniform_labels(con: WarehouseConnection, where: str, params: list) -> pd.DataFrame:
+        """The champion's scores of the uniformly drawn examples labelled (audit and random
+        picks: targeted ones favour hard cases), with their labels, `where` further holds."""
+        if not con.has_relation(predictions):
+            return pd.DataFrame(columns=["label", "probability", *spec.class_columns])
+        return con.execute(
+            f"select l.{spec.label} as label, p.probability{per_class} "
+            f"from {predictions} p "
+            f"join {spec.labels_view} l using ({spec.example_id}) "
+            f"join {tasks_table} t using ({spec.example_id}) "
+            f"where {where} and p.model_version = ? "
+            f"and t.reason in ({', '.join('?' * len(UNIFORM_REASONS))})",
+            [*params, *UNIFORM_REASONS],
+        ).df()
 
     @dg.asset(
         key_prefix=task_prefix(task),
@@ -143,20 +168,11 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
             return _no_champion(context, name)
         first, last = window(context.partition_key, monitoring.performance_window_days)
         with warehouse.connect() as con:
-            per_class = "".join(f", p.{c}" for c in spec.class_columns)
-            labelled = pd.DataFrame(columns=["label", "probability", *spec.class_columns])
-            if con.has_relation(predictions):
-                # Uniformly sampled labels only, as at evaluation: targeted ones favour hard cases.
-                labelled = con.execute(
-                    f"select l.{spec.label} as label, p.probability{per_class} "
-                    f"from {predictions} p "
-                    f"join {spec.labels_view} l using ({spec.example_id}) "
-                    f"join {tasks_table} t using ({spec.example_id}) "
-                    f"where p.{day_column} between ? and ? and p.model_version = ? "
-                    "and l.known_at < cast(? as date) + 1 "
-                    f"and t.reason in ({', '.join('?' * len(UNIFORM_REASONS))})",
-                    [first, last, current.version, last, *UNIFORM_REASONS],
-                ).df()
+            labelled = uniform_labels(
+                con,
+                f"p.{day_column} between ? and ? and l.known_at < cast(? as date) + 1",
+                [first, last, last, current.version],
+            )
         metrics = tracker.client().get_run(current.run_id).data.metrics
         expected = {m: metrics.get(f"test/{m}", float("nan")) for m in ("auroc", "logloss")}
         row = realized_performance(labelled, expected, monitoring, spec.features.classes)
@@ -172,7 +188,48 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
             }
         )
 
-    return [feature_drift, model_performance]
+    @dg.asset(
+        key_prefix=task_prefix(task),
+        group_name=GROUP,
+        partitions_def=landing_partitions(task),
+        deps=[task_key(task, task.labels_table), task_key(task, predictions)],
+        pool=WAREHOUSE_POOL,
+        kinds={"sql"},
+    )
+    def excess_loss(
+        context: dg.AssetExecutionContext, warehouse: Warehouse, tracker: MlflowTracker
+    ) -> dg.MaterializeResult:
+        """The champion's excess loss on the uniformly drawn labels that came in on the day, and
+        the CUSUM of the days since the last alarm, which alarms past a threshold set for a known
+        false-alarm rate."""
+        current = champion(tracker, name)
+        if current is None:
+            return _no_champion(context, name)
+        day = context.partition_key
+        with warehouse.connect() as con:
+            labelled = uniform_labels(
+                con,
+                "l.known_at >= cast(? as date) and l.known_at < cast(? as date) + 1",
+                [day, day, current.version],
+            )
+            history = pd.DataFrame(columns=["monitored_on", "excess_loss", "is_alarm"])
+            if con.has_relation(EXCESS_LOSS_TABLE):
+                history = con.execute(
+                    f"select monitored_on, excess_loss, is_alarm from {EXCESS_LOSS_TABLE} "
+                    "where monitored_on <> cast(? as date)",
+                    [day],
+                ).df()
+        today = daily_excess_loss(labelled, spec.features.classes)
+        row = {"monitored_on": pd.Timestamp(day).date(), "model_version": current.version, **today}
+        history = pd.concat([history, pd.DataFrame([row])], ignore_index=True)
+        row |= excess_loss_alarm(history, date.fromisoformat(day), monitoring)
+        frame = pd.DataFrame([row])
+        with warehouse.connect() as con:
+            _ensure(con, EXCESS_LOSS_TABLE, frame)
+            replace_rows(con, EXCESS_LOSS_TABLE, "monitored_on", day, frame)
+        return dg.MaterializeResult(metadata={k: v for k, v in row.items() if k != "monitored_on"})
+
+    return [feature_drift, model_performance, excess_loss]
 
 
 def training_profile(tracker: MlflowTracker, run_id: str) -> TrainingProfile:

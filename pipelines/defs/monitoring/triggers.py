@@ -1,10 +1,11 @@
-"""What asks for a retraining: drift, decayed performance, and the schedule.
+"""What asks for a retraining: the excess-loss alarm, drift, decayed performance, and the schedule
+(`pipelines.thresholds.Trigger` names them).
 
 The sensors read the monitoring assets' materializations in storage order. An event is a
 monitored day whose materialization says it crossed a threshold (the assets apply the task's
-thresholds); each event gives at most one run (its run key). The two sensors share one cooldown:
-after either asked for a retraining, neither asks again for `cooldown_days` of monitored days,
-so a drift that persists, or a drift and the decay it causes, do not retrain every day. The
+thresholds); each event gives at most one run (its run key). The sensors share one cooldown:
+after any asked for a retraining, none asks again for `cooldown_days` of monitored days, so a
+drift that persists, or a drift and the decay it causes, do not retrain every day. The
 schedule is the floor: at least one retraining a week (a month for a monthly task). It waits
 while the champion was trained on data up to a day within the last `cooldown_days`, and, once
 there is a champion, while any retraining was: a challenger the gate rejected yesterday is not
@@ -14,6 +15,7 @@ one.
 """
 
 import json
+from collections.abc import Mapping
 from datetime import date, timedelta
 from typing import TYPE_CHECKING
 
@@ -21,7 +23,7 @@ import dagster as dg
 
 from pipelines.cadence import RETRAINING_CRON, Cadence
 from pipelines.lib.runs import TASK_TAG, task_runs
-from pipelines.thresholds import MonitoringSpec
+from pipelines.thresholds import ALARMS, MonitoringSpec, Trigger
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
     from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -30,14 +32,33 @@ if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
 
 TRIGGER_TAG = "flywheel/trigger"
 EVENT_DAY_TAG = "flywheel/event_day"
-ALARM_TRIGGERS = ("drift", "performance")  # the sensors' trigger tags
-SCHEDULE_TRIGGER = "schedule"
+# The metadata flag of each alarm's monitoring asset that makes a day an event, and what the
+# sensor says it does.
+ALARM_FLAGS: dict[Trigger, tuple[str, str]] = {
+    Trigger.EXCESS_LOSS: (
+        "is_alarm",
+        "Request a retraining when the CUSUM of the champion's daily excess loss on uniformly "
+        "drawn labels crosses its threshold (set for a known false-alarm rate).",
+    ),
+    Trigger.DRIFT: (
+        "is_drifted",
+        "Request a retraining when a day's feature or score drift crosses the thresholds.",
+    ),
+    Trigger.PERFORMANCE: (
+        "is_decayed",
+        "Request a retraining when the champion's realized performance falls below validation.",
+    ),
+}
 ACTIVE = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
     dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED,
 ]
+
+
+def _names(monitoring: MonitoringSpec) -> list[str]:
+    return [str(t) for t in monitoring.retrain_on]
 
 
 def in_cooldown(day: str, last_trigger_day: str | None, cooldown_days: int) -> bool:
@@ -110,15 +131,16 @@ def labels_seen_by(
 
 
 def _event_sensor(
-    name: str,
+    trigger: Trigger,
     asset_key: dg.AssetKey,
-    flag: str,
     job: "UnresolvedAssetJobDefinition",
     monitoring: MonitoringSpec,
-    description: str,
     interval_s: int | None,
     labels: dg.AssetKey,
 ) -> dg.SensorDefinition:
+    name = trigger.definition_name
+    flag, description = ALARM_FLAGS[trigger]
+
     @dg.sensor(
         name=name, job=job, minimum_interval_seconds=interval_s or 60, description=description
     )
@@ -132,7 +154,7 @@ def _event_sensor(
             ascending=True,
         ).records
         # The cooldown the sensors share: this sensor's last request, or the other's last run.
-        alarms = last_retraining_day(context.instance, task_name, job.name, ALARM_TRIGGERS)
+        alarms = last_retraining_day(context.instance, task_name, job.name, ALARMS)
         last_day = max(filter(None, (last_day, alarms)), default=None)
         requests = []
         for record in records:
@@ -142,10 +164,9 @@ def _event_sensor(
             if flag not in metadata or metadata[flag].value is not True:
                 continue
             day = materialization.partition
-            trigger = name.removesuffix("_sensor")
             if trigger not in monitoring.retrain_on:
                 context.log.info(
-                    f"{day}: {flag}; monitoring.retrain_on {list(monitoring.retrain_on)} leaves "
+                    f"{day}: {flag}; monitoring.retrain_on {_names(monitoring)} leaves "
                     f"{trigger} out: watched, no request"
                 )
                 continue
@@ -165,7 +186,7 @@ def _event_sensor(
                 dg.RunRequest(
                     run_key=f"{name}:{day}",
                     tags={
-                        TRIGGER_TAG: trigger,
+                        TRIGGER_TAG: str(trigger),
                         EVENT_DAY_TAG: day,
                         "flywheel/champion_version": str(version.value if version else ""),
                     },
@@ -183,40 +204,23 @@ def build_monitoring_triggers(
     monitoring: MonitoringSpec,
     labels: dg.AssetKey,
     champion: dg.AssetKey,
-    drift_key: dg.AssetKey,
-    performance_key: dg.AssetKey,
+    alarm_assets: Mapping[Trigger, dg.AssetKey],
     interval_s: int | None = None,
     cadence: Cadence = "daily",
-) -> tuple[dg.SensorDefinition, dg.SensorDefinition, dg.ScheduleDefinition]:
-    """`drift_sensor` (on the `drift_key` asset's materializations), `performance_sensor` (on
-    `performance_key`'s), each evaluated every `interval_s` seconds at least (default 60), and
+) -> tuple[list[dg.SensorDefinition], dg.ScheduleDefinition]:
+    """A sensor per alarm of `alarm_assets` (`<trigger>_sensor`, on that monitoring asset's
+    materializations), each evaluated every `interval_s` seconds at least (default 60), and
     `retraining_schedule` (`RETRAINING_CRON` of the task's `cadence`), all requesting `job`;
     none asks again before the imported `labels` asset was materialized since the last
     retraining started, and the schedule waits while the newest promotion recorded by the
     `champion` asset is within the cooldown, or, once there is a champion, any retraining is."""
-    drift = _event_sensor(
-        "drift_sensor",
-        drift_key,
-        "is_drifted",
-        job,
-        monitoring,
-        "Request a retraining when a day's feature or score drift crosses the thresholds.",
-        interval_s,
-        labels,
-    )
-    performance = _event_sensor(
-        "performance_sensor",
-        performance_key,
-        "is_decayed",
-        job,
-        monitoring,
-        "Request a retraining when the champion's realized performance falls below validation.",
-        interval_s,
-        labels,
-    )
+    sensors = [
+        _event_sensor(trigger, key, job, monitoring, interval_s, labels)
+        for trigger, key in alarm_assets.items()
+    ]
 
     @dg.schedule(
-        name="retraining_schedule",
+        name=Trigger.SCHEDULE.definition_name,
         job=job,
         cron_schedule=RETRAINING_CRON[cadence][0],
         execution_timezone="UTC",
@@ -232,9 +236,9 @@ def build_monitoring_triggers(
         challenger again)."""
         moment, task_name = context.scheduled_execution_time, job.tags[TASK_TAG]
         day = (moment.date() - timedelta(days=1)).isoformat()
-        if SCHEDULE_TRIGGER not in monitoring.retrain_on:
+        if Trigger.SCHEDULE not in monitoring.retrain_on:
             return dg.SkipReason(
-                f"monitoring.retrain_on {list(monitoring.retrain_on)} leaves the schedule out"
+                f"monitoring.retrain_on {_names(monitoring)} leaves the schedule out"
             )
         if covered := covering_run(context.instance, task_name, job.name, day):
             return dg.SkipReason(f"run {covered} already retrains on data up to {day}")
@@ -254,7 +258,7 @@ def build_monitoring_triggers(
             return dg.SkipReason(f"no label came in since run {seen}")
         return dg.RunRequest(
             run_key=f"retraining_schedule:{moment.isoformat()}",
-            tags={TRIGGER_TAG: SCHEDULE_TRIGGER, EVENT_DAY_TAG: day},
+            tags={TRIGGER_TAG: str(Trigger.SCHEDULE), EVENT_DAY_TAG: day},
         )
 
-    return drift, performance, retraining_schedule
+    return sensors, retraining_schedule
