@@ -182,3 +182,20 @@ def excess_loss_alarm(
         else "no uniformly drawn label of the champion's came in today"
     )
     return row
+
+
+def replay_alarm(days: pd.Series, excess: pd.Series, monitoring: MonitoringSpec) -> pd.DataFrame:
+    """The excess-loss alarm's verdict on each of `days` (dates, in order) with the day's
+    statistic `excess`, as the daily asset gives them: each day reads the days before and the
+    alarms they raised."""
+    history = pd.DataFrame(
+        {"monitored_on": list(days), "excess_loss": list(excess), "is_alarm": False}
+    )
+    verdicts = []
+    for i, day in enumerate(history["monitored_on"]):
+        verdict = excess_loss_alarm(history.iloc[: i + 1], day, monitoring)
+        history.loc[i, "is_alarm"] = verdict["is_alarm"]
+        verdicts.append(
+            {"monitored_on": day, "excess_loss": history.loc[i, "excess_loss"]} | verdict
+        )
+    return pd.DataFrame(verdicts)

@@ -134,15 +134,16 @@ POLICIES: dict[str, tuple[Trigger, ...]] = {
     "drift": (Trigger.DRIFT,),
     "performance": (Trigger.PERFORMANCE,),
     "flywheel": tuple(Trigger),
-    # The flywheel's triggers with every label a uniform random pick (`UNIFORM_LABELS`): the
-    # same model and budget as the flywheel, without its choice of what to label.
-    "random-labels": tuple(Trigger),
+    # The flywheel's triggers with the targeted label choice (`TARGETED_LABELS`): 40% of the
+    # budget a uniform audit sample, the rest drifted segments and the least sure flights.
+    "targeted-labels": tuple(Trigger),
 }
-# Policies whose label export spends the whole budget on the uniform audit sample.
-UNIFORM_LABELS = ("random-labels",)
+# Policies whose label export spends part of the budget on targeted picks, and that part's
+# complement: the audit share.
+TARGETED_LABELS = {"targeted-labels": 0.4}
 # Policies that play the task's own monitoring.retrain_on, as deployed: every trigger ticks, and
 # those the setting leaves out watch without requesting.
-AS_DEPLOYED = ("flywheel", "random-labels")
+AS_DEPLOYED = ("flywheel", "targeted-labels")
 
 
 def ticked(policy: str) -> tuple[str, ...]:
@@ -153,7 +154,7 @@ def ticked(policy: str) -> tuple[str, ...]:
 
 def retrain_on(policy: str) -> str | None:
     """FLYWHEEL_RETRAIN_ON's value for `policy`: the triggers it turns on (`none` for none);
-    None for `flywheel` (and `random-labels`), which play the task's own monitoring.retrain_on,
+    None for `flywheel` (and `targeted-labels`), which play the task's own monitoring.retrain_on,
     as deployed."""
     if policy in AS_DEPLOYED:
         return None
@@ -161,8 +162,8 @@ def retrain_on(policy: str) -> str | None:
 
 
 # What `flywheel-sim compare` plays by default: every policy but `weekly`, which `every-7d` plays
-# without the schedule's cooldown, and `random-labels`, played when named.
-DEFAULT_COMPARED = tuple(p for p in POLICIES if p not in ("weekly", *UNIFORM_LABELS))
+# without the schedule's cooldown, and `targeted-labels`, played when named.
+DEFAULT_COMPARED = tuple(p for p in POLICIES if p not in ("weekly", *TARGETED_LABELS))
 
 
 def describe_policy(policy: str) -> str:
@@ -174,7 +175,8 @@ def describe_policy(policy: str) -> str:
 
         on = load_task().monitoring.retrain_on
         triggers = ", ".join(t.definition_name for t in Trigger if t in on) or "none"
-        return triggers + ("; every label a uniform random pick" * (policy in UNIFORM_LABELS))
+        share = TARGETED_LABELS.get(policy)
+        return triggers + (f"; labels {share:.0%} audit, the rest targeted" if share else "")
     return ", ".join(ticked(policy)) or "no retraining"
 
 

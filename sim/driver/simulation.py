@@ -136,7 +136,7 @@ class RunOptions:
 
     def run_configs(self, task: TaskSpec) -> dict[str, dict]:
         """The operator's run config of `task`'s retraining job, and of its label export job
-        where the seed is not 0 or the policy labels uniformly at random."""
+        where the seed is not 0 or the policy targets part of its labels."""
         training = {"n_trials": self.trials, "max_epochs": self.max_epochs, "members": self.members}
         if self.seed:
             training["seed"] = self.seed
@@ -148,11 +148,11 @@ class RunOptions:
             "challenger_model": {"config": training},
         }
         configs = {"retraining_job": task_run_config(task, {"ops": ops})}
-        from sim.driver.in_process import UNIFORM_LABELS
+        from sim.driver.in_process import TARGETED_LABELS
 
         export: dict = {"seed": self.seed} if self.seed else {}
-        if self.policy in UNIFORM_LABELS:
-            export["audit_share"] = 1.0  # the whole budget a uniform sample
+        if self.policy in TARGETED_LABELS:
+            export["audit_share"] = TARGETED_LABELS[self.policy]
         if export and task.label_tasks_table:
             export_ops = {"ops": {task.label_tasks_table: {"config": export}}}
             configs["label_export_job"] = task_run_config(task, export_ops)

@@ -2,12 +2,15 @@
 
 The report's same-budget reference (sim.judge.reference) learns from as many uniformly random
 labels of each landing day as the flywheel got. Here it is fitted at several multiples of that
-budget (`MULTIPLES`: half, the same, twice, four times), on the features the warehouse does not
-compute from the flywheel's own labels (the task's `model.label_features`: a segment's late rate
-over the flywheel's labelled flights), so that no reference reads what the flywheel's selection
-chose. The flywheel's mean weekly AUC placed on that learning curve, between the two multiples
-around it on a log2 scale, says how many times its labels a random sample would need to do as
-well: "worth N times its labels". The all-labels ceiling is fitted on the same features.
+budget (`MULTIPLES`: half, the same, twice, four times), each on every feature the flywheel's
+model reads: the ones the warehouse computes from labels (the task's `model.label_features`: a
+segment's late rate over its labelled flights of the days before) computed from the reference's
+own labels (sim.judge.label_features), each known `latency_days` after its flight's day as the
+world's annotators answer, so that no reference reads what the flywheel's selection chose and
+none loses what such features are worth. The flywheel's mean weekly AUC placed on that learning
+curve, between the two multiples around it on a log2 scale, says how many times its labels a
+random sample would need to do as well: "worth N times its labels". The all-labels ceiling's
+label features are computed from every outcome.
 
     FLYWHEEL_HOME=<a played run's home> python -m sim.judge.labels_worth [--seed N]
 
@@ -21,13 +24,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ml.config import FeatureConfig
+from sim.judge.label_features import COLUMNS as LABEL_COLUMNS
+from sim.judge.label_features import late_rate_features
 from sim.judge.reference import PlayedExamples, auc_by_period, reference_sample
 
 MULTIPLES = (0.5, 1.0, 2.0, 4.0)
@@ -39,15 +43,6 @@ def column(multiple: float) -> str:
     return f"reference_x{multiple:g}"
 
 
-def without(features: FeatureConfig, dropped: tuple[str, ...]) -> FeatureConfig:
-    """`features` without the columns `dropped`."""
-    return replace(
-        features,
-        categorical=tuple(c for c in features.categorical if c not in dropped),
-        numeric=tuple(c for c in features.numeric if c not in dropped),
-    )
-
-
 def worth_by_period(
     examples: pd.DataFrame,
     spend: pd.Series,
@@ -57,18 +52,38 @@ def worth_by_period(
     seed: int = 0,
     multiples: tuple[float, ...] = MULTIPLES,
     jobs: int | None = None,
+    label_features: tuple[str, ...] = (),
+    latency_days: int = 1,
 ) -> pd.DataFrame:
     """Per report period (its first day): the AUC of the reference retrained at its start on
     `multiple` x `spend` uniformly random labels of each landing partition before it, for each
-    of `multiples`, and of the ceiling (every outcome before it); all on `features`."""
-    played = PlayedExamples(examples, features, time_column)
+    of `multiples`, and of the ceiling (every outcome before it); all on `features`, those of
+    `label_features` computed from each one's own labels, each known `latency_days` after its
+    example's day."""
+    if stray := sorted(set(label_features) - set(LABEL_COLUMNS)):
+        raise ValueError(
+            f"label features {stray} cannot be computed from labels here; "
+            f"known: {list(LABEL_COLUMNS)}"
+        )
+    examples = examples.reset_index(drop=True)
     pools = {
-        column(m): reference_sample(played.examples, spend * m, time_column, seed).index.to_numpy()
+        column(m): reference_sample(examples, spend * m, time_column, seed).index.to_numpy()
         for m in multiples
     }
-    pools["ceiling"] = np.arange(len(played.examples))
-    rows = auc_by_period(played, pools, periods, seed, jobs)
-    table = pd.DataFrame(rows)[["period", *pools]].rename(columns={"period": "week"})
+    pools["ceiling"] = np.arange(len(examples))
+    table = None
+    for name, pool in pools.items():
+        own = examples
+        if label_features:
+            labelled = examples.iloc[pool]
+            known = pd.to_datetime(labelled[time_column]) + pd.Timedelta(days=latency_days)
+            late = labelled[features.label].to_numpy(dtype=np.float64)
+            own = late_rate_features(examples, pool, late, known, time_column)
+        played = PlayedExamples(own, features, time_column)
+        rows = pd.DataFrame(auc_by_period(played, {name: pool}, periods, seed, jobs))
+        rows = rows[["period", name]]
+        table = rows if table is None else table.merge(rows, on="period")
+    table = table.rename(columns={"period": "week"})
     return table.assign(week=pd.to_datetime(table.week))
 
 
@@ -110,9 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     examples = played_examples(warehouse, judged, last)
     spend = labels_per_partition(warehouse, judged)
     spec = judged.spec
-    features = without(spec.features, spec.label_features)
     table = worth_by_period(
-        examples, spend, list(weekly.week), features, spec.time_column, args.seed
+        examples,
+        spend,
+        list(weekly.week),
+        spec.features,
+        spec.time_column,
+        args.seed,
+        label_features=spec.label_features,
     )
     table = weekly[["week", "flywheel"]].merge(table, on="week")
     table.to_csv(report / FILE, index=False)

@@ -259,18 +259,11 @@ def test_excess_loss_sensor_requests_on_an_alarm_with_its_trigger_tag(triggers) 
 
 
 def played(excess: list[float], start: str) -> list[dict[str, object]]:
-    """The alarm's verdict on each day of `excess` from `start`, as the daily asset gives them:
-    each day reads the days before with the alarms they raised."""
-    from pipelines.monitoring import excess_loss_alarm
+    """The alarm's verdict on each day of `excess` from `start`, as the daily asset gives them."""
+    from pipelines.monitoring import replay_alarm
 
-    days = pd.date_range(start, periods=len(excess), freq="D").date
-    history = pd.DataFrame({"monitored_on": days, "excess_loss": excess, "is_alarm": False})
-    verdicts = []
-    for i, day in enumerate(days):
-        verdict = excess_loss_alarm(history.iloc[: i + 1], day, ALARM)
-        history.loc[i, "is_alarm"] = verdict["is_alarm"]
-        verdicts.append(verdict)
-    return verdicts
+    days = pd.Series(pd.date_range(start, periods=len(excess), freq="D").date)
+    return replay_alarm(days, pd.Series(excess), ALARM).to_dict("records")
 
 
 ALARM = MonitoringSpec(

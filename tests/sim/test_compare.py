@@ -293,17 +293,20 @@ def test_a_policy_turns_on_its_triggers_and_the_flywheel_plays_the_tasks() -> No
     assert retrain_on("flywheel") is None  # the task's monitoring.retrain_on, as deployed
 
 
-def test_the_random_labels_policy_spends_the_whole_budget_on_the_uniform_sample() -> None:
+def test_the_targeted_labels_policy_targets_part_of_the_budget_the_flywheel_none() -> None:
+    from pipelines.labeling.assets import LabelSelectionConfig
     from pipelines.task import load_task
     from sim.driver.in_process import describe_policy, retrain_on
 
     task = load_task("flights")
-    config = RunOptions(policy="random-labels", seed=2).run_configs(task)["label_export_job"]
+    config = RunOptions(policy="targeted-labels", seed=2).run_configs(task)["label_export_job"]
     (op,) = config["ops"].values()  # the task's label export asset's op
-    assert op["config"] == {"seed": 2, "audit_share": 1.0}
+    assert op["config"] == {"seed": 2, "audit_share": 0.4}
+    # The flywheel spends the whole budget on the uniform sample: the export's default.
     assert "label_export_job" not in RunOptions(policy="flywheel").run_configs(task)
-    assert retrain_on("random-labels") is None  # the flywheel's triggers, as deployed
-    assert describe_policy("random-labels").endswith("every label a uniform random pick")
+    assert LabelSelectionConfig().audit_share == 1.0
+    assert retrain_on("targeted-labels") is None  # the flywheel's triggers, as deployed
+    assert describe_policy("targeted-labels").endswith("labels 40% audit, the rest targeted")
 
 
 def test_a_bootstrap_too_short_for_the_held_out_days_is_refused_before_any_play(

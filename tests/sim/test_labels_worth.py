@@ -10,8 +10,11 @@ import pytest
 
 from ml.config import FeatureConfig
 from pipelines.task import load_task
-from sim.judge.labels_worth import column, without, worth_by_period, worth_in_labels
-from sim.judge.policies import labels_worth
+from sim.judge.comparisons import labels_worth
+from sim.judge.label_features import COLUMNS as LABEL_COLUMNS
+from sim.judge.label_features import late_rate_features
+from sim.judge.labels_worth import column, worth_by_period, worth_in_labels
+from sim.judge.reference import PlayedExamples, reference_sample
 
 
 def test_the_worth_is_read_on_the_learning_curve_in_log2_of_the_labels() -> None:
@@ -23,12 +26,94 @@ def test_the_worth_is_read_on_the_learning_curve_in_log2_of_the_labels() -> None
     assert math.isnan(worth_in_labels(0.6, {1.0: math.nan}))
 
 
-def test_the_references_leave_out_the_features_computed_from_the_flywheels_labels() -> None:
+def test_the_task_s_label_features_are_those_computed_from_labels_here() -> None:
     spec = load_task("flights").model
-    assert "route_late_rate" in spec.label_features
-    kept = without(spec.features, spec.label_features)
-    assert not set(spec.label_features) & {*kept.numeric, *kept.categorical}
-    assert "distance" in kept.numeric and "carrier" in kept.categorical
+    assert set(spec.label_features) == set(LABEL_COLUMNS)
+    assert set(LABEL_COLUMNS) <= set(spec.features.numeric)
+
+
+def rated(days: int = 35, per_day: int = 60, seed: int = 0) -> pd.DataFrame:
+    """Flights whose lateness follows their route; their label features as the flywheel's
+    warehouse left them: computed from labels no reference has (planted at 0.99)."""
+    rng = np.random.default_rng(seed)
+    n = days * per_day
+    route = rng.choice(["EWR-ORD", "JFK-LAX", "LGA-ATL"], n)
+    x = rng.normal(size=n)
+    logit = x + np.select([route == "EWR-ORD", route == "JFK-LAX"], [1.0, -1.0], 0.0) - 1.0
+    frame = pd.DataFrame(
+        {
+            "id": np.arange(n),
+            "day": np.repeat(pd.date_range("2013-10-07", periods=days).date, per_day),
+            "route": route,
+            "carrier": rng.choice(["AA", "UA"], n),
+            "origin": [r[:3] for r in route],
+            "scheduled_hour": rng.integers(6, 10, n),
+            "x": x,
+            "late": rng.random(n) < 1 / (1 + np.exp(-logit)),
+        }
+    )
+    return frame.assign(**{c: 0.99 for c in LABEL_COLUMNS})
+
+
+def test_each_reference_computes_the_label_features_from_its_own_labels(monkeypatch) -> None:
+    import sim.judge.labels_worth as labels_worth_module
+
+    seen = []
+
+    class Recording(PlayedExamples):
+        def __init__(self, examples, *args, **kwargs) -> None:
+            seen.append(examples)
+            super().__init__(examples, *args, **kwargs)
+
+    monkeypatch.setattr(labels_worth_module, "PlayedExamples", Recording)
+    examples = rated()
+    features = FeatureConfig(
+        categorical=("route",),
+        numeric=("x", *LABEL_COLUMNS),
+        label="late",
+        id_columns=("id", "day"),
+    )
+    spend = pd.Series(10, index=sorted(set(examples.day)))
+    weeks = list(pd.date_range("2013-10-21", periods=3, freq="7D"))
+    table = worth_by_period(
+        examples,
+        spend,
+        weeks,
+        features,
+        "day",
+        multiples=(1.0, 2.0),
+        jobs=1,
+        label_features=tuple(LABEL_COLUMNS),
+    )
+    assert list(table.columns) == ["week", column(1), column(2), "ceiling"]
+    assert table.drop(columns="week").notna().all().all()
+    pools = {
+        column(m): reference_sample(examples, spend * m, "day").index.to_numpy() for m in (1, 2)
+    }
+    pools["ceiling"] = np.arange(len(examples))
+    assert len(seen) == 3
+    for own, pool in zip(seen, pools.values(), strict=True):
+        known = pd.to_datetime(examples.day.iloc[pool]) + pd.Timedelta(days=1)
+        late = examples.late.iloc[pool].to_numpy(dtype=float)
+        expected = late_rate_features(examples, pool, late, known, "day")
+        pd.testing.assert_frame_equal(own[list(LABEL_COLUMNS)], expected[list(LABEL_COLUMNS)])
+        assert (own.route_late_rate.dropna() < 0.99).any()  # not the flywheel's
+    # More labels, more flights counted.
+    assert seen[1].route_labelled_count.sum() > seen[0].route_labelled_count.sum()
+
+
+def test_a_label_feature_that_cannot_be_computed_here_is_named() -> None:
+    examples = rated(days=7)
+    features = FeatureConfig(categorical=(), numeric=("x",), label="late", id_columns=("id",))
+    with pytest.raises(ValueError, match="'x'"):
+        worth_by_period(
+            examples,
+            pd.Series(5, index=sorted(set(examples.day))),
+            [],
+            features,
+            "day",
+            label_features=("x",),
+        )
 
 
 def planted(days: int = 42, per_day: int = 400, seed: int = 0) -> pd.DataFrame:
