@@ -57,6 +57,16 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
     tasks_table = f"{RAW_SCHEMA}.{task.label_tasks_table}"
     per_class = "".join(f", p.{c}" for c in spec.class_columns)
 
+    # The monitoring assets of label_import_job, partitioned by delivery day.
+    after_label_import = {
+        "key_prefix": task_prefix(task),
+        "group_name": GROUP,
+        "partitions_def": landing_partitions(task),
+        "deps": [task_key(task, task.labels_table), task_key(task, predictions)],
+        "pool": WAREHOUSE_POOL,
+        "kinds": {"sql"},
+    }
+
     def uniform_labels(con: WarehouseConnection, where: str, params: list) -> pd.DataFrame:
         """The champion's scores of the uniformly drawn examples labelled (audit and random
         picks: targeted ones favour hard cases), with their labels, `where` further holds."""
@@ -150,14 +160,7 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
             }
         )
 
-    @dg.asset(
-        key_prefix=task_prefix(task),
-        group_name=GROUP,
-        partitions_def=landing_partitions(task),
-        deps=[task_key(task, task.labels_table), task_key(task, predictions)],
-        pool=WAREHOUSE_POOL,
-        kinds={"sql"},
-    )
+    @dg.asset(**after_label_import)
     def model_performance(
         context: dg.AssetExecutionContext, warehouse: Warehouse, tracker: MlflowTracker
     ) -> dg.MaterializeResult:
@@ -188,14 +191,7 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
             }
         )
 
-    @dg.asset(
-        key_prefix=task_prefix(task),
-        group_name=GROUP,
-        partitions_def=landing_partitions(task),
-        deps=[task_key(task, task.labels_table), task_key(task, predictions)],
-        pool=WAREHOUSE_POOL,
-        kinds={"sql"},
-    )
+    @dg.asset(**after_label_import)
     def excess_loss(
         context: dg.AssetExecutionContext, warehouse: Warehouse, tracker: MlflowTracker
     ) -> dg.MaterializeResult:
