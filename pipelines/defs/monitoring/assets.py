@@ -68,8 +68,8 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
     }
 
     def uniform_labels(con: WarehouseConnection, where: str, params: list) -> pd.DataFrame:
-        """The champion's scores of the uniformly drawn examples labelled (audit and random
-        picks: targeted ones favour hard cases), with their labels, `where` further holds."""
+        """The served scores of the uniformly drawn examples labelled (audit and random picks:
+        targeted ones favour hard cases), with their labels, where `where` holds."""
         if not con.has_relation(predictions):
             return pd.DataFrame(columns=["label", "probability", *spec.class_columns])
         return con.execute(
@@ -77,7 +77,7 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
             f"from {predictions} p "
             f"join {spec.labels_view} l using ({spec.example_id}) "
             f"join {tasks_table} t using ({spec.example_id}) "
-            f"where {where} and p.model_version = ? "
+            f"where {where} "
             f"and t.reason in ({', '.join('?' * len(UNIFORM_REASONS))})",
             [*params, *UNIFORM_REASONS],
         ).df()
@@ -173,7 +173,8 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
         with warehouse.connect() as con:
             labelled = uniform_labels(
                 con,
-                f"p.{day_column} between ? and ? and l.known_at < cast(? as date) + 1",
+                f"p.{day_column} between ? and ? and l.known_at < cast(? as date) + 1 "
+                "and p.model_version = ?",
                 [first, last, last, current.version],
             )
         metrics = tracker.client().get_run(current.run_id).data.metrics
@@ -195,7 +196,7 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
     def excess_loss(
         context: dg.AssetExecutionContext, warehouse: Warehouse, tracker: MlflowTracker
     ) -> dg.MaterializeResult:
-        """The champion's excess loss on the uniformly drawn labels that came in on the day, and
+        """The served model's excess loss on the uniformly drawn labels that came in on the day, and
         the CUSUM of the days since the last alarm, which alarms past a threshold set for a known
         false-alarm rate."""
         current = champion(tracker, name)
@@ -203,10 +204,12 @@ def build_monitoring_assets(task: Task) -> list[dg.AssetsDefinition]:
             return _no_champion(context, name)
         day = context.partition_key
         with warehouse.connect() as con:
+            # Whichever champion served them: after a promotion, the day's labels are of the
+            # flights its predecessor scored, and the stream of days goes on.
             labelled = uniform_labels(
                 con,
                 "l.known_at >= cast(? as date) and l.known_at < cast(? as date) + 1",
-                [day, day, current.version],
+                [day, day],
             )
             history = pd.DataFrame(columns=["monitored_on", "excess_loss", "is_alarm"])
             if con.has_relation(EXCESS_LOSS_TABLE):
