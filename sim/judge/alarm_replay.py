@@ -19,7 +19,7 @@ from ml.sequential import excess_loss
 from pipelines.monitoring import replay_alarm
 from pipelines.thresholds import MonitoringSpec
 from sim.judge.selection_screen import ScreenConfig, World, replay
-from sim.world import flight_breaks, nycflights
+from sim.world.drift import PlantedDrift
 
 EPOCH = date(1970, 1, 1)
 
@@ -52,15 +52,17 @@ def alarms(
 
 
 def concept_break(world: World, carrier: str, start: date) -> World:
-    """`world` with the outcomes of `carrier`'s flights from `start` on as the simulator's
-    concept break makes them (sim.world.flight_breaks: the same flights flip)."""
+    """`world` with the outcomes the simulator's concept break `concept:CARRIER@START` gives
+    (sim.world.drift.PlantedDrift.outcome: the same flights flip)."""
+    drift = PlantedDrift(start, "concept", carrier)
     broken = copy.copy(world)
-    broken.labels = world.labels.copy()
-    carriers = pd.Series(world.ids).map(nycflights.carrier_of).to_numpy()
-    first = (start - EPOCH).days
-    candidates = np.flatnonzero((world.days >= first) & (world.labels == 0) & (carriers == carrier))
-    flipped = [i for i in candidates if flight_breaks.flips(world.ids[i])]
-    broken.labels[flipped] = 1
+    broken.labels = np.array(
+        [
+            drift.outcome("flights", i, bool(y))
+            for i, y in zip(world.ids, world.labels, strict=True)
+        ],
+        dtype=world.labels.dtype,
+    )
     return broken
 
 

@@ -14,7 +14,7 @@ import math
 import pandas as pd
 from scipy import stats
 
-POWER = 0.8
+from sim.judge.statistics import holm, mde
 
 
 def seed_means(weeks: pd.DataFrame) -> pd.DataFrame:
@@ -41,20 +41,19 @@ def compare(means: pd.DataFrame, baseline: str, alpha: float = 0.05) -> pd.DataF
         p = float(2 * stats.t.sf(abs(t), n - 1))
         rows.append({"strategy": name, "diff": float(diff.mean()), "sd": sd, "p": p})
     table = pd.DataFrame(rows).sort_values("p", ignore_index=True)
-    m, still = len(table), True
-    for k, row in table.iterrows():
-        level = alpha / (m - k)
-        se = row.sd / math.sqrt(n)
-        half = stats.t.ppf(1 - level / 2, n - 1) * se
-        still = still and row.p <= level
-        table.loc[k, ["level", "low", "high", "rejected"]] = [
-            level,
-            row["diff"] - half,
-            row["diff"] + half,
-            still,
-        ]
-        table.loc[k, "mde"] = (stats.t.ppf(1 - level / 2, n - 1) + stats.t.ppf(POWER, n - 1)) * se
-    return table.assign(seeds=n, rejected=table.rejected.astype(bool))
+    table["p_holm"] = holm(table.p.to_numpy())
+    # The k-th smallest of m p-values is judged at alpha / (m - k + 1); its interval and MDE
+    # are drawn at that level.
+    table["level"] = alpha / (len(table) - table.index)
+    se = table.sd / math.sqrt(n)
+    half = stats.t.ppf(1 - table.level / 2, n - 1) * se
+    return table.assign(
+        low=table["diff"] - half,
+        high=table["diff"] + half,
+        rejected=table.p_holm <= alpha,
+        mde=[mde(e, n - 1, alpha=level) for e, level in zip(se, table.level, strict=True)],
+        seeds=n,
+    )
 
 
 def winner(table: pd.DataFrame, min_gain: float, baseline: str) -> str:

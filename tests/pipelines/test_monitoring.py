@@ -225,37 +225,30 @@ def test_drift_sensor_requests_once_per_event_and_keeps_quiet_in_cooldown(trigge
         assert json.loads(later.cursor)["last_trigger_day"] == "2013-10-10"
 
 
-def test_performance_sensor_requests_when_the_champion_decays(triggers) -> None:
+@pytest.mark.parametrize(
+    ("trigger", "asset", "flag"),
+    [
+        (Trigger.PERFORMANCE, "model_performance", "is_decayed"),
+        (Trigger.EXCESS_LOSS, "excess_loss", "is_alarm"),
+    ],
+    ids=str,
+)
+def test_an_alarm_sensor_requests_once_on_its_event_with_its_trigger_tag(
+    triggers, trigger: Trigger, asset: str, flag: str
+) -> None:
     defs, *_ = triggers
-    sensor = defs.resolve_sensor_def("performance_sensor")
+    sensor = defs.resolve_sensor_def(trigger.definition_name)
     with dg.instance_for_test() as instance:
-        for day, decayed in (("2013-10-02", False), ("2013-10-03", True)):
+        for day, event in (("2013-10-02", False), ("2013-10-03", True)):
             instance.report_runless_asset_event(
                 dg.AssetMaterialization(
-                    "model_performance",
-                    partition=day,
-                    metadata={"model_version": 3, "is_decayed": decayed},
+                    asset, partition=day, metadata={"model_version": 3, flag: event}
                 )
             )
         first = tick(defs, sensor, instance, None)
         assert tick(defs, sensor, instance, first.cursor).run_requests == []
-    assert [r.run_key for r in first.run_requests] == ["performance_sensor:2013-10-03"]
-    assert first.run_requests[0].tags["flywheel/trigger"] == "performance"
-
-
-def test_excess_loss_sensor_requests_on_an_alarm_with_its_trigger_tag(triggers) -> None:
-    defs, *_ = triggers
-    sensor = defs.resolve_sensor_def("excess_loss_sensor")
-    with dg.instance_for_test() as instance:
-        for day, alarm in (("2013-10-02", False), ("2013-10-03", True)):
-            instance.report_runless_asset_event(
-                dg.AssetMaterialization(
-                    "excess_loss", partition=day, metadata={"model_version": 3, "is_alarm": alarm}
-                )
-            )
-        first = tick(defs, sensor, instance, None)
-    assert [r.run_key for r in first.run_requests] == ["excess_loss_sensor:2013-10-03"]
-    assert first.run_requests[0].tags["flywheel/trigger"] == "excess_loss"
+    assert [r.run_key for r in first.run_requests] == [f"{trigger.definition_name}:2013-10-03"]
+    assert first.run_requests[0].tags["flywheel/trigger"] == str(trigger)
 
 
 def played(excess: list[float], start: str) -> list[dict[str, object]]:
