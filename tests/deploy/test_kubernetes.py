@@ -36,6 +36,7 @@ from referencing.jsonschema import DRAFT202012
 
 from deploy.stack.stack import Stack
 from tests.deploy import pod_security
+from tests.deploy.chart_pods import chart_pods
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -47,8 +48,7 @@ INSTANCE_ENV = {
     "DAGSTER_PG_USER": "dagster",
     "DAGSTER_PG_PASSWORD": "not-a-password",
     "DAGSTER_PG_DB": "dagster",
-    "DAGSTER_K8S_NAMESPACE": "flywheel",
-    "DAGSTER_K8S_SERVICE_ACCOUNT": "dagster",
+    "DAGSTER_K8S_PIPELINE_RUN_NAMESPACE": "flywheel",
     "DAGSTER_HOME": "/opt/dagster/dagster_home",
     "DAGSTER_K8S_INSTANCE_CONFIG_MAP": "dagster-instance",
     "DAGSTER_K8S_PG_PASSWORD_SECRET": "flywheel-postgresql",
@@ -206,6 +206,36 @@ def run_job(launcher: K8sRunLauncher, job: str, tags: dict[str, str]) -> k8s.V1J
     )
 
 
+# What a `dagster-k8s/config` tag typed into the launchpad could ask for beyond the GPU fields.
+WIDENING_TAGS = {
+    "host-pid": {"pod_spec_config": {"host_pid": True}},
+    "host-path": {
+        "pod_spec_config": {"volumes": [{"name": "host", "host_path": {"path": "/"}}]},
+        "container_config": {"volume_mounts": [{"name": "host", "mount_path": "/host"}]},
+    },
+    "privileged": {"container_config": {"security_context": {"privileged": True}}},
+    "service-account": {"pod_spec_config": {"service_account_name": "cluster-admin"}},
+    "root": {"pod_spec_config": {"security_context": {"run_as_user": 0}}},
+    "environment": {"container_config": {"env": [{"name": "PYTHONSTARTUP", "value": "/x"}]}},
+    "command": {"container_config": {"command": ["sh", "-c", "env"]}},
+}
+
+
+@pytest.mark.parametrize("config", WIDENING_TAGS.values(), ids=list(WIDENING_TAGS))
+def test_a_run_tag_cannot_widen_the_run_pod(launcher, run_tags, config):
+    """The launch fails (the run is marked failed with this message); the GPU fields pass."""
+    from pipelines.defs.training.assets import GPU_TAGS
+
+    tags = {**run_tags["retraining_job"], "dagster-k8s/config": json.dumps(config)}
+    with pytest.raises(Exception, match="violated the allowed list"):
+        run_job(launcher, "retraining_job", tags)
+    gpu = {**run_tags["retraining_job"], **{k: json.dumps(v) for k, v in GPU_TAGS.items()}}
+    pod = run_pod(launcher, "retraining_job", gpu)
+    assert pod.containers[0].resources.limits["nvidia.com/gpu"] == "1"
+    assert pod.node_selector == {"nvidia.com/gpu.present": "true"}
+    assert pod.service_account_name == "dagster" and not pod.host_pid
+
+
 def test_gpu_tag_parses_with_dagster_k8s(run_tags):
     from pipelines.defs.training.assets import GPU_TAGS
 
@@ -313,24 +343,25 @@ def test_chart_schema_rejects_broken_values(breaking):
 def test_helm_kubernetes_objects():
     values = load_yaml(HELM / "values.yaml")
     (deployment,) = values["dagster-user-deployments"]["deployments"]
-    launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
+    launcher = values["runLauncher"]["config"]["customRunLauncher"]["config"]
     objects = [
         (k8s.V1PodSecurityContext, deployment["podSecurityContext"]),
         (k8s.V1SecurityContext, deployment["securityContext"]),
         (k8s.V1ResourceRequirements, deployment["resources"]),
-        (k8s.V1SecurityContext, launcher["securityContext"]),
+        (k8s.V1SecurityContext, launcher["security_context"]),
         (k8s.V1ResourceRequirements, launcher["resources"]),
-        (k8s.V1PodSpec, launcher["runK8sConfig"]["podSpecConfig"] | {"containers": []}),
+        (k8s.V1PodSpec, launcher["run_k8s_config"]["pod_spec_config"] | {"containers": []}),
     ]
-    for owner in (deployment, launcher):
-        objects += [(k8s.V1ConfigMapEnvSource, ref) for ref in owner["envConfigMaps"]]
-        objects += [(k8s.V1SecretEnvSource, ref) for ref in owner["envSecrets"]]
+    objects += [(k8s.V1ConfigMapEnvSource, ref) for ref in deployment["envConfigMaps"]]
+    objects += [(k8s.V1SecretEnvSource, ref) for ref in deployment["envSecrets"]]
     for model, value in objects:
         k8s_model_from_dict(model, k8s_snake_case_dict(model, value))
     configmap = load_yaml(HELM / "flywheel-env.yaml")
     assert (configmap["kind"], configmap["metadata"]["name"]) == ("ConfigMap", "flywheel-env")
     assert all(isinstance(value, str) for value in configmap["data"].values())
-    assert deployment["envConfigMaps"] == launcher["envConfigMaps"] == [{"name": "flywheel-env"}]
+    assert deployment["envConfigMaps"] == [{"name": "flywheel-env"}]
+    assert launcher["env_config_maps"] == ["flywheel-env"]
+    assert [s["name"] for s in deployment["envSecrets"]] == launcher["env_secrets"]
 
 
 def snake_case(name: str) -> str:
@@ -357,18 +388,11 @@ def test_prod_instance_is_what_the_chart_renders_from_the_values(prod: dict):
     for section in ("runMonitoring", "runRetries", "sensors", "schedules"):
         assert prod[snake_case(section)] == snake(daemon[section]), section
     assert prod["telemetry"] == values["telemetry"]
-    launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
-    config = prod["run_launcher"]["config"]
-    assert prod["run_launcher"]["class"] == values["runLauncher"]["type"]
-    assert config["env_config_maps"] == [m["name"] for m in launcher["envConfigMaps"]]
-    assert config["env_secrets"] == [s["name"] for s in launcher["envSecrets"]]
-    assert config["image_pull_policy"] == launcher["imagePullPolicy"]
-    assert config["load_incluster_config"] == launcher["loadInclusterConfig"]
-    assert config["resources"] == launcher["resources"]
-    assert config["security_context"] == launcher["securityContext"]
-    # The chart writes runK8sConfig's keys as run_k8s_config's and their values untouched.
-    run_k8s_config = {snake_case(key): inner for key, inner in launcher["runK8sConfig"].items()}
-    assert config["run_k8s_config"] == run_k8s_config
+    # A `CustomRunLauncher`: the chart writes its module, class and config as they are.
+    assert values["runLauncher"]["type"] == "CustomRunLauncher"
+    custom = values["runLauncher"]["config"]["customRunLauncher"]
+    assert load_yaml(DEPLOY / "dagster.prod.yaml")["run_launcher"] == custom
+    assert values["serviceAccount"]["name"] == custom["config"]["service_account_name"]
     postgres = values["postgresql"]
     db = prod["storage"]["postgres"]["postgres_db"]
     assert (db["params"], db["scheme"]) == (
@@ -566,6 +590,7 @@ def rendered(launcher, run_tags, step_tags) -> dict[str, dict]:
             worker_job(KubernetesTuningWorkers(gpus=1), image, "run-1", "{}", 2)
         ),
         "code server": code_server_pod(),
+        **chart_pods(load_yaml(HELM / "values.yaml")),
     }
 
 
@@ -578,6 +603,10 @@ def test_every_rendered_object_is_valid_for_the_kubernetes_api_and_restricted(re
         # strict: a field the API does not know is an error, not silently dropped
         kubernetes_validate.validate(obj, KUBERNETES, strict=True)
         assert pod_security.violations(pod_spec(obj)) == [], what
+    # The chart's pods write only to their empty folders.
+    for what in ("webserver", "read-only webserver", "daemon", "migrate job"):
+        for container in pod_spec(rendered[what])["containers"]:
+            assert container["securityContext"]["readOnlyRootFilesystem"], what
     step = "retraining step flights__challenger_model"
     training = pod_spec(rendered[step])["containers"][0]["resources"]["limits"]
     assert training["nvidia.com/gpu"] == "1"

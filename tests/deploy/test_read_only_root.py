@@ -1,0 +1,146 @@
+"""The webserver and the daemon run with a read-only root file system and the empty folders the
+Helm values give them (deploy/helm/values.yaml: `readOnlyRootFilesystem`, `volumes`,
+`volumeMounts`).
+
+Each process starts in a mount namespace of its own (`unshare --mount`, root only): the machine's
+root remounted read-only, a fresh tmpfs at each `emptyDir` mount path of the values, the instance
+file where the chart mounts its ConfigMap. The two share their storage, as the chart's share
+PostgreSQL: SQLite in a folder outside the namespaces.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from deploy.stack.processes import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+VALUES = REPO / "deploy" / "helm" / "values.yaml"
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="a mount namespace needs root and unshare on Linux",
+)
+DAEMONS = {"SENSOR", "SCHEDULER", "QUEUED_RUN_COORDINATOR"}
+HEALTH = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy } } } }"
+
+
+def writable_paths(component: str) -> list[str]:
+    """The mount paths of `component`'s emptyDir volumes in the values."""
+    settings = yaml.safe_load(VALUES.read_text())[component]
+    assert settings["securityContext"]["readOnlyRootFilesystem"] is True
+    empty = {v["name"] for v in settings["volumes"] if "emptyDir" in v}
+    return [m["mountPath"] for m in settings["volumeMounts"] if m["name"] in empty]
+
+
+def missing_parent(path: Path) -> str | None:
+    """The deepest existing folder above `path` where `path` does not exist; else None."""
+    if path.exists():
+        return None
+    return str(next(parent for parent in path.parents if parent.exists()))
+
+
+def script(writable: list[str], home: str, command: list[str], storage: Path, shared: bool) -> str:
+    """The shell lines that build the pod's file system and start `command` in it, its output
+    beside `storage`."""
+    log = storage.parent / f"{Path(command[0]).name}.log"
+    # Mount points under folders this machine lacks (/opt/dagster): a tmpfs scaffold on the
+    # deepest folder it has (/opt), remounted read-only with the root.
+    scaffold = sorted({missing_parent(Path(p)) for p in [*writable, home]} - {None, *writable})
+    lines = ["set -e", "mount --make-rprivate /"]
+    lines += [f"mount -t tmpfs scaffold {shlex.quote(s)}" for s in scaffold]
+    for path in writable:
+        lines += [f"mkdir -p {shlex.quote(path)}", f"mount -t tmpfs empty {shlex.quote(path)}"]
+    lines += [
+        f"mkdir -p {home}",
+        f"printf {shlex.quote(instance(storage if shared else None))} > {home}/dagster.yaml",
+        "mount -o remount,bind,ro /",
+        *[f"mount -o remount,ro {shlex.quote(s)}" for s in scaffold],
+        # The root is read-only now: this must fail.
+        "! touch /usr/.flywheel-probe 2>/dev/null",
+        f"export DAGSTER_HOME={home} HOME=/nonexistent",
+        f"exec {shlex.join(command)} > {shlex.quote(str(log))} 2>&1",
+    ]
+    return "\n".join(lines)
+
+
+def instance(storage: Path | None) -> str:
+    """The instance file: storage under `storage`, or under DAGSTER_HOME where None."""
+    text = "telemetry:\n  enabled: false\n"
+    return text + (f"storage:\n  sqlite:\n    base_dir: {storage}\n" if storage else "")
+
+
+def start(writable: list[str], command: list[str], storage: Path, shared: bool) -> subprocess.Popen:
+    home = "/opt/dagster/dagster_home"
+    text = script(writable, home, command, storage, shared)
+    return subprocess.Popen(["unshare", "--mount", "bash", "-c", text], cwd=REPO)
+
+
+def healthy_daemons(url: str, deadline: float, processes: list[subprocess.Popen]) -> set[str]:
+    """The daemons whose heartbeat the webserver reads as healthy by `deadline` (or until a
+    process exits)."""
+    found: set[str] = set()
+    while time.monotonic() < deadline and not found >= DAEMONS:
+        if any(process.poll() is not None for process in processes):
+            break
+        try:
+            reply = requests.post(url, json={"query": HEALTH}, timeout=5).json()
+            statuses = reply["data"]["instance"]["daemonHealth"]["allDaemonStatuses"]
+            found = {s["daemonType"] for s in statuses if s["healthy"]}
+        except (requests.RequestException, KeyError, TypeError):
+            pass
+        time.sleep(1)
+    return found
+
+
+def play(tmp_path: Path, keep_writable: bool, shared: bool = True) -> tuple[set[str], str]:
+    """Start the daemon and the webserver as the values' pods (their storage shared, or each
+    in its DAGSTER_HOME); the healthy daemons the webserver reports and the two logs."""
+    port = free_port()
+    webserver = [str(BIN / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port)]
+    daemon = [str(BIN / "dagster-daemon"), "run"]
+    # The storage and the logs: a folder outside the namespaces' read-only root (/dev/shm).
+    folder = Path("/dev/shm") / f"flywheel-ro-{os.getpid()}-{tmp_path.name}"
+    (folder / "storage").mkdir(parents=True)
+    processes: list[subprocess.Popen] = []
+    try:
+        for component, command in (
+            ("dagsterDaemon", [*daemon, "--empty-workspace"]),
+            ("dagsterWebserver", [*webserver, "--empty-workspace"]),
+        ):
+            writable = writable_paths(component) if keep_writable else []
+            processes.append(start(writable, command, folder / "storage", shared))
+        url = f"http://127.0.0.1:{port}/graphql"
+        found = healthy_daemons(url, time.monotonic() + 60, processes)
+        return found, "\n".join(p.read_text() for p in sorted(folder.glob("*.log")))
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+        shutil.rmtree(folder)
+
+
+@pytest.mark.integration
+def test_webserver_and_daemon_run_on_a_read_only_root_with_the_values_empty_folders(tmp_path):
+    assert writable_paths("dagsterWebserver") == ["/tmp", "/opt/dagster/dagster_home"]
+    found, logs = play(tmp_path, keep_writable=True)
+    assert found >= DAEMONS, logs
+
+
+@pytest.mark.integration
+def test_the_root_is_read_only_to_them(tmp_path):
+    """An instance that keeps its storage in DAGSTER_HOME, without the empty folders, cannot
+    start there: the checks above ran on a root the processes could not write."""
+    found, logs = play(tmp_path, keep_writable=False, shared=False)
+    assert found == set()
+    assert "Read-only file system" in logs
