@@ -26,7 +26,13 @@ from pipelines.labeling.assets import build_labeling_assets
 from pipelines.labeling.triggers import build_labeling_triggers
 from pipelines.lib.asset_keys import task_run_config
 from pipelines.lib.partitions import landing_partitions
-from pipelines.lib.runs import RETRAINING_JOB, TASK_TAG
+from pipelines.lib.runs import (
+    MAX_RUNTIME_S,
+    MAX_RUNTIME_TAG,
+    RETRAINING_JOB,
+    RETRAINING_MAX_RUNTIME_S,
+    TASK_TAG,
+)
 from pipelines.resources import build_resources, retraining_executor
 from pipelines.settings import current_env, retraining_run_config, sensor_interval_s
 from pipelines.task import load_task, task_name, task_names
@@ -44,7 +50,7 @@ def build_definitions(
     env = env or current_env()
     interval_s = sensor_interval_s()
     # Several tasks' code locations share one instance: each run says whose it is.
-    tags = {TASK_TAG: task.name}
+    tags = {TASK_TAG: task.name, MAX_RUNTIME_TAG: str(MAX_RUNTIME_S)}
     ingestion = {a.key.path[-1]: a for a in build_ingestion_assets(task)}
     daily_raw = [ingestion[f.asset_name] for f in task.daily_feeds]
     dimension_raw = [ingestion[f.asset_name] for f in task.dimension_feeds]
@@ -102,7 +108,12 @@ def build_definitions(
         # A run queue that limits `flywheel/gpu` (deploy/dagster.stack.yaml) runs one at a time.
         # Where the steps run in the run's process, the run's tags ask a Kubernetes run launcher
         # for a GPU pod; where each step has a pod, the training step's own tags do.
-        tags={**tags, **({} if step_pods else GPU_TAGS), "flywheel/gpu": "1"},
+        tags={
+            **tags,
+            **({} if step_pods else GPU_TAGS),
+            "flywheel/gpu": "1",
+            MAX_RUNTIME_TAG: str(RETRAINING_MAX_RUNTIME_S),
+        },
         executor_def=step_pods,
         description="Cut a dataset from the newest labels, train a challenger, evaluate it and "
         "promote it if it passes the gate.",

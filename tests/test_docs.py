@@ -14,7 +14,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
-PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md")), REPO / "deploy" / "helm" / "README.md"]
+PAGES = [
+    *(REPO / name for name in ("README.md", "CONTRIBUTING.md", "CHANGELOG.md")),
+    *sorted(DOCS.glob("*.md")),
+    REPO / "deploy" / "helm" / "README.md",
+]
 CONFIGURATION = DOCS / "configuration.md"
 
 FENCE = re.compile(r"^(`{3,}|~{3,})\s*(\S*)")

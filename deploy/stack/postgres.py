@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from deploy.stack import warehouse_reader
 from deploy.stack.processes import StackError, free_port, write_atomically
 
 PACKAGE = "postgresql"
@@ -28,6 +29,8 @@ DATABASES = ("dagster", "mlflow", "optuna", "warehouse")
 # Each database's consumer logs in as the role named like it: Dagster's storage, MLflow's backend
 # store, Optuna's studies, and the warehouse's writers (the pipeline's steps and dbt).
 CONSUMER_ROLES = DATABASES
+# Every role with a password of its own: the consumers', and the warehouse's reader.
+ROLES = (*CONSUMER_ROLES, warehouse_reader.READER)
 
 
 def binaries() -> Path:
@@ -171,12 +174,13 @@ def server_command(data: Path, host: str, port: int, certificate: Path, key: Pat
 def write_hba(data: Path, clients: Sequence[str] = ("127.0.0.1",)) -> None:
     """Who may log in to what from the addresses `clients` (`pg_hba.conf`, read at start and on
     reload): over TLS only, the administrator to any database, each consumer's role to its own
-    database."""
+    database, the warehouse's reader to the warehouse."""
     rows = []
     for client in clients:
         cidr = f"{client}/{128 if ':' in client else 32}"
         rows.append(f"hostssl all {ROLE} {cidr} scram-sha-256")
         rows += [f"hostssl {role} {role} {cidr} scram-sha-256" for role in CONSUMER_ROLES]
+        rows.append(f"hostssl warehouse {warehouse_reader.READER} {cidr} scram-sha-256")
     path = data / "pg_hba.conf"
     text = "# Written by the stack at each start (deploy/stack/postgres.py).\n"
     write_atomically(path, text + "\n".join(rows) + "\n", mode=0o600)
@@ -208,6 +212,7 @@ def ensure_roles(url: str, passwords: dict[str, str]) -> None:
         connection.close()
     for role in CONSUMER_ROLES:
         _hand_over(url, role)
+    warehouse_reader.ensure(_libpq(url), passwords[warehouse_reader.READER])
 
 
 # Everything the administrator owns in a database, handed to the database's role: schemas, then

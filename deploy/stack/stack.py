@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from deploy.stack import pgbouncer, postgres, s3, state, tls
+from deploy.stack import mlflow_auth, pgbouncer, postgres, s3, state, tls
 from deploy.stack.processes import StackError, http_ok, write_atomically
 from deploy.stack.readiness import code_server_ready, daemon_ready
 from deploy.stack.supervisor import Service, Supervisor
@@ -126,6 +126,9 @@ class Stack:
             "FLYWHEEL_WAREHOUSE_PASSWORD": chosen["roles"]["warehouse"],
             "FLYWHEEL_WAREHOUSE_DATABASE": "warehouse",
             "MLFLOW_TRACKING_URI": f"https://{host}:{ports['mlflow']}",
+            # MLflow's server asks every client for a user (deploy/stack/mlflow_auth.py).
+            "MLFLOW_TRACKING_USERNAME": mlflow_auth.RUNS_USER,
+            "MLFLOW_TRACKING_PASSWORD": chosen["secrets"]["mlflow_runs"],
             "FLYWHEEL_OPTUNA_STORAGE": self.postgres_url("optuna"),
             # Every client of PostgreSQL (Dagster, dbt, the warehouse, MLflow's store, Optuna),
             # of the object store and of MLflow's server checks the server's certificate and
@@ -169,6 +172,7 @@ class Stack:
             f"load_from:\n  - grpc_server:\n      host: {self.code_server_address}\n"
             f"      port: {port}\n      location_name: flywheel\n"
         )
+        mlflow_auth.write_config(self.root / mlflow_auth.CONFIG, self.postgres_url("mlflow"))
         lines = "".join(f"{key}={value}\n" for key, value in env.items())
         write_atomically(self.env_file, lines, mode=0o600)
         checkout = Path(env["FLYWHEEL_DVC_REPO"])
@@ -231,6 +235,7 @@ class Stack:
                     *[str(bin_dir / "mlflow"), "server", "--host", host],
                     *["--port", str(ports["mlflow"]), "--workers", "1"],
                     *["--artifacts-destination", f"s3://{BUCKET}/mlflow"],
+                    *["--app-name", "basic-auth"],
                     "--uvicorn-opts",
                     f"--ssl-certfile {self.certificates.certificate} "
                     f"--ssl-keyfile {self.certificates.key}",
@@ -244,6 +249,9 @@ class Stack:
                     # No job runner: its consumers serve MLflow's GenAI jobs, which flywheel does
                     # not use, and are processes that take CPU on an otherwise idle stack.
                     "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+                    **mlflow_auth.server_environment(
+                        self.root / mlflow_auth.CONFIG, self.settings["secrets"]
+                    ),
                 },
             ),
             "code_server": Service(
@@ -299,6 +307,8 @@ class Stack:
                 self.preflight()
             if supervisor.start(services[name], timeout_s):
                 say(f"{name:<13} {describe(self, name)}")
+            if name == "mlflow":
+                mlflow_auth.ensure_runs_user(os.environ, self.settings["secrets"], say)
             if name == "s3":
                 s3.ensure_bucket(os.environ, BUCKET)
                 imported = s3.import_saved(self.root / "s3", os.environ, BUCKET)

@@ -19,12 +19,15 @@ from deploy.stack.processes import StackError, free_ports, write_atomically
 from pipelines.settings import STACK_ADDRESS, STACK_CODE_SERVER_ADDRESS
 
 LOOPBACK = "127.0.0.1"
+# The stack's other secrets, by name: MLflow's administrator's password, the runs' MLflow
+# password (user `flywheel`) and the key MLflow's server signs its CSRF tokens with.
+SECRETS = ("mlflow_admin", "mlflow_runs", "mlflow_session_key")
 
 
 def chosen(root: Path, ports: Sequence[str]) -> dict:
     """The stack's choices under `root`: made at the first call, kept after. A stack made before
     a part was added (the pooler, the object store) gets a port for it, and one made before the
-    consumers' roles their passwords, kept too."""
+    consumers' roles or MLflow's users their passwords, kept too."""
     path = root / "stack.json"
     if not path.exists():
         root.mkdir(parents=True, exist_ok=True)
@@ -34,8 +37,9 @@ def chosen(root: Path, ports: Sequence[str]) -> dict:
             "code_server_address": STACK_CODE_SERVER_ADDRESS.get() or address,
             "ports": dict(zip(ports, free_ports(len(ports), address), strict=True)),
             "postgres_password": secrets.token_urlsafe(18),
-            "roles": {role: secrets.token_urlsafe(18) for role in postgres.CONSUMER_ROLES},
+            "roles": {role: secrets.token_urlsafe(18) for role in postgres.ROLES},
             "s3_secret": secrets.token_urlsafe(18),
+            "secrets": {name: secrets.token_urlsafe(18) for name in SECRETS},
         }
         write_atomically(path, json.dumps(made, indent=2), mode=0o600)
         return made
@@ -45,14 +49,17 @@ def chosen(root: Path, ports: Sequence[str]) -> dict:
     address = kept.setdefault("address", LOOPBACK)
     kept.setdefault("code_server_address", address)
     missing = [name for name in ports if name not in kept["ports"]]
-    roles = [role for role in postgres.CONSUMER_ROLES if role not in kept.get("roles", {})]
+    roles = [role for role in postgres.ROLES if role not in kept.get("roles", {})]
+    unset = [name for name in SECRETS if name not in kept.get("secrets", {})]
     if missing:
         taken = set(kept["ports"].values())
         fresh = [p for p in free_ports(len(missing) + len(taken), address) if p not in taken]
         kept["ports"].update(zip(missing, fresh, strict=False))
     if roles:
         kept.setdefault("roles", {}).update({role: secrets.token_urlsafe(18) for role in roles})
-    if missing or roles or not addressed:
+    if unset:
+        kept.setdefault("secrets", {}).update({name: secrets.token_urlsafe(18) for name in unset})
+    if missing or roles or unset or not addressed:
         write_atomically(path, json.dumps(kept, indent=2), mode=0o600)
     asked = STACK_ADDRESS.get()
     if asked and asked != address:

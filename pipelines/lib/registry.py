@@ -68,15 +68,33 @@ def champion(tracker: MlflowTracker, name: str) -> ModelVersion | None:
     """The version the champion alias points to, or None before the first promotion."""
     from mlflow.exceptions import MlflowException
 
+    client = tracker.client()
     try:
-        return _version(tracker.client().get_model_version_by_alias(name, CHAMPION))
+        return _version(client.get_model_version_by_alias(name, CHAMPION))
     except MlflowException as e:
         # No registered model yet, or a model whose alias was never set (MLflow reports the
-        # latter as an invalid parameter); any other error is real.
+        # latter as an invalid parameter); any other error is real. A server with MLflow's
+        # authentication denies an alias of a model that does not exist (403) rather than
+        # report it missing: the model itself is then looked up.
         missing_alias = e.error_code == "INVALID_PARAMETER_VALUE" and "alias" in str(e)
         if e.error_code == "RESOURCE_DOES_NOT_EXIST" or missing_alias:
             return None
+        if e.error_code == "PERMISSION_DENIED" and not _registered(client, name):
+            return None
         raise
+
+
+def _registered(client: Any, name: str) -> bool:
+    """Whether the registered model `name` exists (an error but its absence is raised)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise
+    return True
 
 
 def versions(tracker: MlflowTracker, name: str) -> list[ModelVersion]:

@@ -47,6 +47,16 @@ RETRAINING_JOB = "retraining_job"
 # Every run of a task's jobs carries the task's name: the code locations of several tasks share
 # one instance, and their jobs' names.
 TASK_TAG = "flywheel/task"
+# The longest a run of each job may go on (Dagster's `dagster/max_runtime` tag, in seconds): the
+# daemon's run monitoring fails a run still running after it, which run_retries then retries
+# once, so a hung run (a lost connection that never times out, a deadlock) costs an hour, not
+# the days behind it. Far above what each takes (docs/benchmarks.md: seconds to minutes for a
+# day's jobs; a retraining's tuning from minutes on the defaults to hours with many trials).
+# A run launched from the UI may set its own tag. The embedded path has no daemon: its driver
+# waits for each run as it goes.
+MAX_RUNTIME_TAG = "dagster/max_runtime"
+MAX_RUNTIME_S = 3600
+RETRAINING_MAX_RUNTIME_S = 6 * 3600
 
 
 def task_of(defs: dg.Definitions) -> str:

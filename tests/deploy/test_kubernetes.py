@@ -523,6 +523,7 @@ NOT_IN_CONFIGMAP = {
     "AWS_SECRET_ACCESS_KEY",
     "FLYWHEEL_OPTUNA_STORAGE",  # the Secret flywheel-secrets
     "FLYWHEEL_WAREHOUSE_PASSWORD",  # the Secret flywheel-secrets
+    "MLFLOW_TRACKING_PASSWORD",  # the Secret flywheel-secrets
     "FLYWHEEL_DAGSTER_URL",  # clients of the webserver, not the code location
 }
 

@@ -144,7 +144,7 @@ def test_a_stack_made_before_the_pooler_the_store_and_the_roles_gets_them_and_ke
     assert len(added) == len(PORTS) - len(ports) == 8  # the pooler and the store's 7 more
     assert len(set(added) | set(ports.values())) == len(PORTS)
     # ...and passwords for the consumers' roles it did not have.
-    assert set(chosen["roles"]) == set(postgres.CONSUMER_ROLES)
+    assert set(chosen["roles"]) == set(postgres.ROLES)
     assert json.loads((root / "stack.json").read_text()) == chosen  # kept for the next `up`
     # Dagster reaches its database through the pooler, the warehouse the server itself.
     environment = Stack(root).environment()

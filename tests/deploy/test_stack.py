@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from deploy.stack.pgbouncer import POOL_SIZE
 from pipelines.resources import warehouse
@@ -177,6 +178,31 @@ def server_counts(home: Path, database: str) -> tuple[int, int]:
         connection.close()
 
 
+def mlflow_call(values: dict[str, str], path: str, body: dict, auth=None) -> requests.Response:
+    """A POST to the stack's MLflow REST API, as `auth` (user, password) or as nobody."""
+    url = f"{values['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/{path}"
+    return requests.post(url, json=body, auth=auth, verify=values["REQUESTS_CA_BUNDLE"], timeout=30)
+
+
+def test_mlflow_lets_only_its_users_choose_the_champion(home: Path):
+    """Whoever sets the `champion` alias chooses what scores production: nobody may without
+    credentials, nor with a wrong password; the runs' identity may."""
+    values = stack_env(home)
+    runs = (values["MLFLOW_TRACKING_USERNAME"], values["MLFLOW_TRACKING_PASSWORD"])
+    model = {"name": "access-probe"}
+    assert mlflow_call(values, "registered-models/create", model, runs).ok
+    version = mlflow_call(
+        values, "model-versions/create", {**model, "source": "s3://flywheel/mlflow/probe"}, runs
+    ).json()["model_version"]["version"]
+    alias = {**model, "alias": "champion", "version": version}
+    for nobody in (None, (runs[0], "not-the-password"), ("admin", "admin")):
+        refused = mlflow_call(values, "registered-models/alias", alias, nobody)
+        assert refused.status_code == 401, (nobody, refused.status_code)
+        created = mlflow_call(values, "registered-models/create", {"name": "x"}, nobody)
+        assert created.status_code == 401
+    assert mlflow_call(values, "registered-models/alias", alias, runs).ok
+
+
 def test_dagster_reaches_its_database_through_the_pooler(home: Path, env: dict[str, str]):
     """dagster-postgres opens a connection for each storage call (the daemon's loops and the
     landing sensor's ticks here): through PgBouncer the server starts a process for a few."""
@@ -194,8 +220,9 @@ def test_dagster_reaches_its_database_through_the_pooler(home: Path, env: dict[s
 
 def test_each_consumer_logs_in_as_a_role_of_its_own_over_tls_only(home: Path, env: dict[str, str]):
     import psycopg2
+    import psycopg2.errors
 
-    from deploy.stack import postgres
+    from deploy.stack import postgres, warehouse_reader
 
     settings = json.loads((home / "stack" / "stack.json").read_text())
     port = settings["ports"]["postgres"]
@@ -221,7 +248,7 @@ def test_each_consumer_logs_in_as_a_role_of_its_own_over_tls_only(home: Path, en
             cursor.execute(
                 "select rolname from pg_roles where rolname = any(%s) and not rolsuper"
                 " and not rolcreatedb and not rolcreaterole",
-                (list(postgres.CONSUMER_ROLES),),
+                (list(postgres.ROLES),),
             )
             modest = {row[0] for row in cursor.fetchall()}
             cursor.execute("select datname, pg_get_userbyid(datdba) from pg_database")
@@ -232,7 +259,7 @@ def test_each_consumer_logs_in_as_a_role_of_its_own_over_tls_only(home: Path, en
     # connected now, each as its own role, and every session is encrypted.
     assert {"dagster", "mlflow"} <= set(sessions)
     assert all(sessions.values()), sessions
-    assert modest == set(postgres.CONSUMER_ROLES)
+    assert modest == set(postgres.ROLES)
     assert all(owners[database] == database for database in postgres.DATABASES)
     # A role reaches its own database only, and nothing is served without TLS.
     with pytest.raises(psycopg2.OperationalError, match=r"no pg_hba\.conf entry"):
@@ -240,6 +267,25 @@ def test_each_consumer_logs_in_as_a_role_of_its_own_over_tls_only(home: Path, en
     with pytest.raises(psycopg2.OperationalError, match=r"no pg_hba\.conf entry"):
         connect("warehouse", "warehouse", sslmode="disable")
     connect("warehouse", "warehouse", sslmode="verify-full").close()
+    # The warehouse's reader reads what the runs wrote, and writes nothing.
+    reader = connect(warehouse_reader.READER, "warehouse")
+    try:
+        with reader.cursor() as cursor:
+            cursor.execute("select count(*) from raw.flights")
+            assert cursor.fetchone()[0] > 0
+            for write in (
+                "delete from raw.flights",
+                "insert into raw.flights (carrier) values ('XX')",
+                "create table public.reader_probe (x int)",
+                "drop table raw.flights",
+            ):
+                with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+                    cursor.execute(write)
+                reader.rollback()
+    finally:
+        reader.close()
+    with pytest.raises(psycopg2.OperationalError, match=r"no pg_hba\.conf entry"):
+        connect(warehouse_reader.READER, "dagster")
 
 
 @pytest.mark.parametrize(

@@ -127,3 +127,38 @@ def test_the_workspace_serves_each_task_as_a_code_location_of_its_own(tmp_path, 
         (schedule,) = defs.schedules
         assert schedule.cron_schedule == RETRAINING_CRON[load_task(name).cadence][0]
     assert RETRAINING_CRON[load_task("movielens").cadence][0] == "0 4 1 * *"
+
+
+def test_every_job_has_a_max_runtime_that_run_monitoring_enforces(flywheel):
+    """Each job's runs carry Dagster's own max-runtime tag; the daemon's run monitoring reads it
+    and fails a run that outlives it (here one started two hours ago)."""
+    import logging
+    import time
+    from types import SimpleNamespace
+
+    from dagster._core.storage.tags import MAX_RUNTIME_SECONDS_TAG
+    from dagster._daemon.monitoring import run_monitoring
+
+    from pipelines.lib.runs import MAX_RUNTIME_TAG, RETRAINING_JOB
+
+    assert MAX_RUNTIME_TAG == MAX_RUNTIME_SECONDS_TAG
+    jobs = [job for job in flywheel.defs.resolve_all_job_defs() if not job.name.startswith("__")]
+    limits = {job.name: float(job.tags[MAX_RUNTIME_TAG]) for job in jobs}
+    assert len(limits) == 6 and min(limits.values()) >= 600
+    assert limits[RETRAINING_JOB] > limits["daily_warehouse_job"]
+
+    calls = []
+    instance = SimpleNamespace(
+        report_run_canceling=lambda run, message: calls.append(("canceling", message)),
+        run_launcher=SimpleNamespace(terminate=lambda run_id: True),
+        report_run_failed=lambda run, message: calls.append(("failed", message)),
+    )
+    for started_ago, expected in ((60.0, []), (2 * 3600.0, ["canceling", "failed"])):
+        calls.clear()
+        daily = flywheel.defs.resolve_job_def("daily_warehouse_job")
+        run = SimpleNamespace(run_id="r", job_name=daily.name, tags=daily.tags)
+        record = SimpleNamespace(dagster_run=run, start_time=time.time() - started_ago)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(run_monitoring, "_force_mark_as_failed", lambda *_: None)
+            run_monitoring.check_run_timeout(instance, record, logging.getLogger("t"), 0.0)
+        assert [kind for kind, _ in calls] == expected
