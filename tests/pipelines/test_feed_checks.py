@@ -234,6 +234,32 @@ def test_a_header_only_day_blocks_its_features_and_scoring_and_a_short_day_does_
     flywheel.zone.write_bytes(f"flights/{THANKSGIVING}.csv", header)
     blocked = flywheel.run("daily_warehouse_job", THANKSGIVING, raise_on_error=False)
     assert not blocked.success
+    assert materialized(blocked) == {"raw_weather"}
+    # Refused before it replaced anything, naming the file: the day's raw rows and features stay.
+    (failure,) = blocked.get_step_failure_events()
+    assert failure.step_key == "flights__raw_flights"
+    message = failure.step_failure_data.user_failure_data.description
+    assert message == (
+        f"re-delivered file refused by the volume check: flights/{THANKSGIVING}.csv: "
+        f"{THANKSGIVING}: no rows: the file holds a header only, or every row was quarantined; "
+        "the 634 rows loaded before stay"
+    )
+    raw = f"select count(*) from raw.flights where _landing_date = '{THANKSGIVING}'"
+    assert flywheel.scalar(raw) == 634
+    assert flywheel.scalar(features) == 634
+
+
+def test_a_first_delivery_with_a_header_only_is_loaded_and_blocks(flywheel):
+    """A day with no rows yet has nothing to keep: its file is loaded and the blocking check
+    fails the run after the load, naming the day."""
+    land(flywheel, *TRAILING, THANKSGIVING)
+    flywheel.run("dimension_warehouse_job")
+    for day in TRAILING:
+        flywheel.ingest(day, feeds=("flights",))
+    key = f"flights/{THANKSGIVING}.csv"
+    flywheel.zone.write_bytes(key, flywheel.zone.read_bytes(key).split(b"\n", 1)[0] + b"\n")
+    blocked = flywheel.run("daily_warehouse_job", THANKSGIVING, raise_on_error=False)
+    assert not blocked.success
     assert materialized(blocked) == {"raw_flights", "raw_weather"}
     volume = check_evaluation(blocked, "raw_flights", "volume")
     assert (volume.passed, volume.severity, volume.blocking) == (
@@ -245,10 +271,6 @@ def test_a_header_only_day_blocks_its_features_and_scoring_and_a_short_day_does_
         f"{THANKSGIVING}: no rows: the file holds a header only, or every row was quarantined"
     )
     assert volume.metadata["failed_days"].value == {THANKSGIVING: "error"}
-    # The raw load stays as it is; the day's features keep their last good build.
-    raw = f"select count(*) from raw.flights where _landing_date = '{THANKSGIVING}'"
-    assert flywheel.scalar(raw) == 0
-    assert flywheel.scalar(features) == 634
 
 
 def empty_weather(flywheel, day: str) -> None:

@@ -13,6 +13,7 @@ from pipelines.defs.ingestion.checks import (
     humidity_result,
     judge_files,
     loaded_rows,
+    refuse_redeliveries,
     volume_result,
 )
 from pipelines.defs.ingestion.feed_checks import FeedChecks, baseline_days
@@ -71,8 +72,12 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
                 (day, vf.quarantined(f"humidity: {failed[str(day)]}") if str(day) in failed else vf)
                 for day, vf in files
             ]
+        selected = {k.name for k in context.selected_asset_check_keys}
         with warehouse.connect() as con:
             ensure_raw_tables(con, task)
+            if daily and VOLUME in selected:
+                baseline = _baseline(task, days, checks, feed)
+                refuse_redeliveries(con, task, feed, files, baseline, checks.volume[feed.name])
             loads = load_validated(con, feed, files)
             # The baseline is read after the commit: days loaded by this same run count too.
             history = loaded_rows(con, feed, _baseline(task, days, checks, feed)) if daily else {}
@@ -81,7 +86,6 @@ def build_feed_asset(task: TaskSpec, feed: FeedSpec, checks: FeedChecks) -> dg.A
         if quarantined:
             context.log.warning(f"{quarantined} rows of {feed.name} quarantined (raw.quarantine)")
         per_file = pd.DataFrame([d.__dict__ for d in loads]).drop(columns="ignored_columns")
-        selected = {k.name for k in context.selected_asset_check_keys}
         results = []
         if VOLUME in selected:
             results.append(volume_result(key, task, loads, history, checks.volume[feed.name]))

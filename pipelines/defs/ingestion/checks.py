@@ -2,7 +2,9 @@
 
 Both are declared on the ingestion asset of each daily feed. `volume` is evaluated by that asset
 right after its load (it knows the day's rows); on a blocking feed an ERROR fails the asset's
-step, so nothing downstream of the day is built in that run. `freshness` is evaluated by the
+step, so nothing downstream of the day is built in that run. A day that already holds rows is
+judged before its re-delivered file replaces them: one the check would refuse fails the step
+naming the file, and the rows stay. `freshness` is evaluated by the
 landing sensor whenever the listing changes (before any run waits on a late file) and again by
 each ingestion run, so a run never leaves it planned but unevaluated. `humidity` (on a weather
 feed whose task names one) is evaluated by the ingestion asset on the day's validated rows,
@@ -139,6 +141,38 @@ def loaded_rows(con: WarehouseConnection, feed: FeedSpec, days: Collection[str])
         sorted(days),
     ).fetchall()
     return dict(found)
+
+
+def refuse_redeliveries(
+    con: WarehouseConnection,
+    task: TaskSpec,
+    feed: FeedSpec,
+    files: Sequence[tuple[str | None, ValidatedFile]],
+    history_days: Collection[str],
+    rule: VolumeRule,
+) -> None:
+    """Fail before anything is replaced when a day that already holds rows is re-delivered in a
+    file the blocking volume check refuses (a header only, a file cut short): the day's loaded
+    rows stay, and the error names the file. A first delivery is loaded and judged as before."""
+    if not rule.blocking:
+        return
+    held = loaded_rows(con, feed, [day for day, _ in files if day is not None])
+    if not held:
+        return
+    history = loaded_rows(con, feed, history_days)
+    refused = []
+    for day, vf in files:
+        if day is None or day not in held:
+            continue
+        verdict = judge_volume(day, len(vf.rows), history, rule, task.cadence, task.start_date)
+        if verdict.severity == "error":
+            refused.append(f"{vf.key}: {verdict.reason}; the {held[day]} rows loaded before stay")
+    if refused:
+        raise dg.Failure(
+            description=f"re-delivered file refused by the volume check: {'; '.join(refused)}",
+            metadata={"refused_files": [line.split(":", 1)[0] for line in refused]},
+            allow_retries=False,
+        )
 
 
 def volume_result(
