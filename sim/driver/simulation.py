@@ -275,6 +275,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
         # In process, every run of a day opens the warehouse in this process: it stays open
         # for the day (Warehouse.held). The daemon's runs open it in their own processes.
         warehouse = resource(defs, "warehouse")
+        played_now = 0
         for i, day in enumerate(span):
             if day not in todo:
                 continue
@@ -288,8 +289,9 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 write_progress(home, day, production_start)
                 if background is not None:
                     background.played(day, production_start)
-            elapsed = time.monotonic() - began
-            say(f"[{i + 1}/{len(span)} {elapsed:.0f}s] {day}: {_describe(tick, driver)}")
+            elapsed, played_now = time.monotonic() - began, played_now + 1
+            left = remaining(elapsed, played_now, len(todo) - played_now)
+            say(f"[{i + 1}/{len(span)} {elapsed:.0f}s{left}] {day}: {_describe(tick, driver)}")
         registered = versions(tracker, name)
         if not registered or production_start is None or production_start > span[-1]:
             say(
@@ -351,5 +353,14 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     if options.daemon:
         say(f"see the runs and assets in the stack's Dagster UI: {DAGSTER_URL.get()}")
     elif not options.brief:
-        say("see the runs and assets: make dev (Dagster UI at http://127.0.0.1:3000)")
+        state = "" if home == (REPO_ROOT / ".flywheel").resolve() else f" FLYWHEEL_HOME={home}"
+        say(f"see the runs and assets: make dev{state} (Dagster UI at http://127.0.0.1:3000)")
     return 0
+
+
+def remaining(elapsed_s: float, played: int, left: int) -> str:
+    """`, ~N min left` at the pace of the days played so far in this process ('' at the end)."""
+    if not left or not played:
+        return ""
+    minutes = elapsed_s / played * left / 60
+    return f", ~{minutes:.0f} min left" if minutes >= 1 else ", <1 min left"

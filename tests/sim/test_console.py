@@ -83,3 +83,12 @@ def test_a_failed_run_prints_its_error_once_and_the_log_then_exits_1(tmp_path) -
     written = log.read_text()
     assert "dbt chatter" in written and "a library's line" in written
     assert "teardown noise" in written
+
+
+def test_the_day_loop_shows_the_time_left_at_its_pace():
+    from sim.driver.simulation import remaining
+
+    assert remaining(60.0, 10, 20) == ", ~2 min left"  # 6 s a day, 20 days
+    assert remaining(5.0, 10, 3) == ", <1 min left"
+    assert remaining(60.0, 10, 0) == ""  # the last day
+    assert remaining(0.0, 0, 5) == ""
