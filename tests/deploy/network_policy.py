@@ -22,9 +22,6 @@ class Peer:
     labels: dict[str, str] = field(default_factory=dict)
     ip: str | None = None
 
-    def __hash__(self) -> int:
-        return hash((self.namespace, tuple(sorted(self.labels.items())), self.ip))
-
 
 def selects(selector: dict, labels: dict[str, str]) -> bool:
     """A label selector (`matchLabels`, `matchExpressions`) against `labels`; {} selects all."""

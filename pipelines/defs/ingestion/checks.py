@@ -160,17 +160,18 @@ def refuse_redeliveries(
     if not held:
         return
     history = loaded_rows(con, feed, history_days)
-    refused = []
+    refused = {}
     for day, vf in files:
         if day is None or day not in held:
             continue
         verdict = judge_volume(day, len(vf.rows), history, rule, task.cadence, task.start_date)
         if verdict.severity == "error":
-            refused.append(f"{vf.key}: {verdict.reason}; the {held[day]} rows loaded before stay")
+            refused[vf.key] = f"{verdict.reason}; the {held[day]} rows loaded before stay"
     if refused:
+        reasons = "; ".join(f"{key}: {reason}" for key, reason in refused.items())
         raise dg.Failure(
-            description=f"re-delivered file refused by the volume check: {'; '.join(refused)}",
-            metadata={"refused_files": [line.split(":", 1)[0] for line in refused]},
+            description=f"re-delivered file refused by the volume check: {reasons}",
+            metadata={"refused_files": list(refused)},
             allow_retries=False,
         )
 
