@@ -7,12 +7,16 @@ the DVC repository's git-ignored `config.local`, so the committed config stays m
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,7 +154,8 @@ class DvcDatasetStore(dg.ConfigurableResource):
 
     def fetch(self, dvc_hash: str) -> Path:
         """The files of the dataset version `dvc_hash` (a DVC directory hash, `<md5>.dir`), fetched
-        from the remote into a folder named by the hash, checksums verified, and reused after.
+        from the remote into a folder named by the hash, checksums verified, and reused after
+        once its files hash to it again (a folder that does not is set aside and fetched anew).
 
         Needs only the remote and its credentials, not this repository's history or cache: a
         scratch DVC repository (no git) holds a pointer to the hash and pulls it. The folder
@@ -165,8 +170,21 @@ class DvcDatasetStore(dg.ConfigurableResource):
         cache = Path(self.cache_dir or Path(self.repo_dir) / ".dvc" / "tmp" / "by-hash")
         target = cache / dvc_hash.removesuffix(".dir")
         if target.is_dir():
-            os.utime(target)  # the least recently used versions are the ones dropped
-            return target
+            if (found := directory_hash(target)) == dvc_hash:
+                os.utime(target)  # the least recently used versions are the ones dropped
+                return target
+            # Changed or corrupted since it was fetched: set aside, removed, and fetched again
+            # from the remote, which DVC checks.
+            logging.getLogger(__name__).warning(
+                "the cached dataset %s hashes to %s: fetched again from %s",
+                target,
+                found,
+                self.remote_url,
+            )
+            aside = target.with_name(f".{target.name}-corrupt-{uuid.uuid4().hex[:8]}")
+            with contextlib.suppress(FileNotFoundError):  # another fetch set it aside first
+                target.rename(aside)
+            shutil.rmtree(aside, ignore_errors=True)
         self.check()
         cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=cache, prefix=f".{target.name}-") as scratch:
@@ -216,6 +234,23 @@ class DvcDatasetStore(dg.ConfigurableResource):
                 continue
             with contextlib.suppress(FileNotFoundError):  # another process dropped it first
                 shutil.rmtree(old)
+
+
+def directory_hash(folder: Path) -> str:
+    """DVC's hash of a directory (`<md5>.dir`): the MD5 of its sorted list of files' MD5s and
+    relative paths, as JSON, the way `dvc add` computes it."""
+    files = sorted((p.relative_to(folder).as_posix(), p) for p in folder.rglob("*") if p.is_file())
+    entries = [{"md5": _md5(path), "relpath": relpath} for relpath, path in files]
+    listing = json.dumps(entries, sort_keys=True).encode("utf-8")
+    return hashlib.md5(listing, usedforsecurity=False).hexdigest() + ".dir"
+
+
+def _md5(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_dvc_hash(pointer: Path) -> str:

@@ -7,7 +7,9 @@ as tags, so the registry alone tells who was champion when and why.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,8 +33,17 @@ DATASET_TAG = "dataset.dvc_hash"
 BASELINES_ARTIFACT = "baselines/fitted_baselines.pkl"
 
 
+# The tag of a model version holding the SHA-256 digest of its stored files (the checkpoint, the
+# model's code and its metadata), recorded by training when it registered the version.
+DIGEST_TAG = "flywheel.artifact_sha256"
+
+
 class NoChampionError(LookupError):
     """The registered model has no champion yet: nothing was promoted."""
+
+
+class ArtifactDigestError(RuntimeError):
+    """A model version's stored files are not those it was registered with: not loaded."""
 
 
 @dataclass(frozen=True)
@@ -200,15 +211,82 @@ def read_baselines(tracker: MlflowTracker, run_id: str) -> FittedBaselines | Non
     return FittedBaselines.loads(read_bytes(tracker, run_id, BASELINES_ARTIFACT))
 
 
+def artifact_digest(folder: Path) -> str:
+    """The SHA-256 digest of every file under `folder`: their paths and contents, in path order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _download(stores: tuple[str, str | None], uri: str, into: str) -> Path:
+    import mlflow.artifacts
+
+    with process_wide_store(*stores):
+        return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=into))
+
+
+def seal(tracker: MlflowTracker, name: str, version: int) -> str:
+    """Record the digest of a newly registered version's stored files on it (`DIGEST_TAG`):
+    every later load checks the files against it. Returns the digest."""
+    with tempfile.TemporaryDirectory(prefix="flywheel-seal-") as folder:
+        digest = artifact_digest(_download(_stores(tracker), f"models:/{name}/{version}", folder))
+    tracker.client().set_model_version_tag(name, str(version), DIGEST_TAG, digest)
+    return digest
+
+
 def load_model(tracker: MlflowTracker, version: ModelVersion) -> mlflow.pyfunc.PyFuncModel:
-    """The registered version as an MLflow pyfunc model (cached per process: versions are
-    immutable)."""
-    return _load_model(tracker.tracking_uri, tracker.registry_uri, version.uri)
+    """The registered version as an MLflow pyfunc model, its files checked against the digest
+    recorded when it was registered (`ArtifactDigestError` if they differ). Cached per
+    process: a version's files are checked once, when a process first loads them."""
+    return _load_model(_stores(tracker), version.uri, version.tags.get(DIGEST_TAG))
+
+
+def _stores(tracker: MlflowTracker) -> tuple[str, str | None]:
+    return tracker.tracking_uri, tracker.registry_uri
 
 
 @lru_cache(maxsize=4)
-def _load_model(tracking_uri: str, registry_uri: str | None, uri: str) -> mlflow.pyfunc.PyFuncModel:
+def _load_model(
+    stores: tuple[str, str | None], uri: str, expected: str | None
+) -> mlflow.pyfunc.PyFuncModel:
     import mlflow.pyfunc
 
-    with process_wide_store(tracking_uri, registry_uri):
-        return mlflow.pyfunc.load_model(uri)
+    # Loaded from the very files checked, so nothing can change between the check and the load;
+    # the folder stays while the process may use the model's code, as MLflow's own download does.
+    folder = tempfile.mkdtemp(prefix="flywheel-model-")
+    local = _download(stores, uri, folder)
+    if expected is not None and (found := artifact_digest(local)) != expected:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ArtifactDigestError(
+            f"{uri}: its stored files' SHA-256 digest is {found}, not the {expected} recorded "
+            "when it was registered: a file was changed or corrupted in the artifact store, "
+            "and the model is not loaded"
+        )
+    with process_wide_store(*stores):
+        return mlflow.pyfunc.load_model(str(local))
+
+
+def serving_model(
+    tracker: MlflowTracker, current: ModelVersion
+) -> tuple[ModelVersion, mlflow.pyfunc.PyFuncModel, list[str]]:
+    """The model that scores production: the champion `current`, or, when its files fail their
+    check, the newest champion before it (`flywheel.previous_champion`, in turn) whose files
+    pass. Returns the version served, its model, and why each newer champion was refused;
+    raises `ArtifactDigestError` when no champion's files pass."""
+    refused: list[str] = []
+    seen: set[int] = set()
+    version: ModelVersion | None = current
+    while version is not None and version.version not in seen:
+        seen.add(version.version)
+        try:
+            return version, load_model(tracker, version), refused
+        except ArtifactDigestError as e:
+            refused.append(str(e))
+        previous = version.tags.get("flywheel.previous_champion", "")
+        version = model_version(tracker, version.name, int(previous)) if previous else None
+    raise ArtifactDigestError(
+        "; ".join(refused) + ". No champion before it has files that pass their check: "
+        "nothing is scored. Register a new model (a retraining) or restore the files."
+    )

@@ -9,6 +9,7 @@ early); from day eight the weather feed reports temperatures in Celsius.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -24,7 +25,14 @@ import pytest
 from ml.promotion import decide
 from pipelines.defs.evaluation.assets import gate_inputs_from_metadata
 from pipelines.lib.asset_keys import task_run_config
-from pipelines.lib.registry import champion, registered_name
+from pipelines.lib.registry import (
+    _load_model,
+    champion,
+    record_decision,
+    registered_name,
+    rollback,
+)
+from pipelines.lib.registry import versions as model_versions
 from pipelines.lib.runs import full_pool_holders
 from pipelines.resources import label_store
 from pipelines.task import load_task
@@ -505,3 +513,49 @@ def test_the_excess_loss_alarm_measures_each_day_and_waits_for_its_reference(pla
     with played.resource.connect() as con:  # the table the alarm reads its history from
         stored = con.df("select * from monitoring_excess_loss order by monitored_on")
     assert [d.isoformat() for d in pd.to_datetime(stored.monitored_on).dt.date] == days
+
+
+def test_a_tampered_champion_is_refused_and_the_one_before_it_serves(played) -> None:
+    tracker = played.defs.resources["tracker"]
+    name = registered_name("flights")
+    client = tracker.client()
+    current = champion(tracker, name)
+    promoted = None
+    if not current.tags.get("flywheel.previous_champion"):  # give the champion one before it
+        others = [v.version for v in model_versions(tracker, name) if v.version != current.version]
+        promoted = max(others)
+        record_decision(tracker, name, promoted, "promoted", "for this test", promote=True)
+        current = champion(tracker, name)
+    before = int(current.tags["flywheel.previous_champion"])
+    model_id = client.get_model_version(name, str(current.version)).source.rsplit("/", 1)[1]
+    (checkpoint,) = (played.home / "mlflow" / "artifacts" / "models" / model_id).rglob("*.ckpt")
+    good = checkpoint.read_bytes()
+    day = (START + timedelta(days=DAYS - 1)).isoformat()
+    try:
+        checkpoint.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+        _load_model.cache_clear()  # as a new run's process would: nothing loaded yet
+        result = played.run("daily_warehouse_job", day, ["flight_predictions"])
+        served = played.sql(
+            f"select distinct model_version from flight_predictions where flight_date = '{day}'"
+        )
+        assert served == [(before,)]
+        (metadata,) = materializations(played.instance, "flight_predictions", result.run_id)
+        assert metadata["model_version"] == before
+        assert metadata["refused_champion"] == current.version
+        errors = [
+            e.user_message
+            for e in played.instance.all_logs(result.run_id)
+            if e.level == logging.ERROR and "refused to score" in e.user_message
+        ]
+        assert len(errors) == 1 and f"models:/{name}/{current.version}: " in errors[0]
+    finally:
+        checkpoint.write_bytes(good)
+        _load_model.cache_clear()
+        if promoted is not None:
+            rollback(tracker, name)
+    # Its files restored, the champion serves again.
+    assert played.run("daily_warehouse_job", day, ["flight_predictions"]).success
+    restored = played.sql(
+        f"select distinct model_version from flight_predictions where flight_date = '{day}'"
+    )
+    assert restored == [(champion(tracker, name).version,)]

@@ -1,11 +1,25 @@
-"""The champion alias: promotion records, and the one-command rollback."""
+"""The champion alias: promotion records, the one-command rollback, and models served only
+while their stored files are those registered."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from pipelines.lib.registry import champion, record_decision, rollback
-from pipelines.lib.tracking import tracker_resource
+from pipelines.lib.registry import (
+    DIGEST_TAG,
+    ArtifactDigestError,
+    _load_model,
+    artifact_digest,
+    champion,
+    load_model,
+    record_decision,
+    rollback,
+    seal,
+    serving_model,
+)
+from pipelines.lib.tracking import process_wide_store, tracker_resource
 from pipelines.models_cli import main
 
 NAME = "flywheel-flights"
@@ -64,3 +78,97 @@ def test_rollback_refuses_what_it_cannot_do(tracker, capsys) -> None:
     assert "has no version 9" in capsys.readouterr().err
     assert main(["rollback", "--to", "1"]) == 1
     assert "already the champion" in capsys.readouterr().err
+
+
+MODEL_CODE = """
+from pathlib import Path
+
+import mlflow
+from mlflow.pyfunc import PythonModel
+
+
+class Constant(PythonModel):
+    def load_context(self, context):
+        self.value = float(Path(context.artifacts["value"]).read_text())
+
+    def predict(self, context, model_input, params=None):
+        return [self.value] * len(model_input)
+
+
+mlflow.models.set_model(Constant())
+"""
+
+
+@pytest.fixture
+def sealed(tracker, tmp_path):
+    """Three versions, each a model answering its own number, sealed as training seals them;
+    version 1 promoted, then version 2 (whose previous champion is 1)."""
+    import mlflow
+
+    code = tmp_path / "constant_model.py"
+    code.write_text(MODEL_CODE)
+    name = "flywheel-constant"
+    with process_wide_store(tracker.tracking_uri, tracker.registry_uri):
+        for k in (1, 2, 3):
+            value = tmp_path / f"value-{k}.txt"
+            value.write_text(str(k))
+            with mlflow.start_run(experiment_id=tracker.experiment_id()):
+                mlflow.pyfunc.log_model(
+                    name="model",
+                    python_model=str(code),
+                    artifacts={"value": str(value)},
+                    registered_model_name=name,
+                )
+            seal(tracker, name, k)
+    record_decision(tracker, name, 1, "promoted", "first", promote=True)
+    record_decision(tracker, name, 2, "promoted", "second", promote=True)
+    _load_model.cache_clear()  # each load below is a new process's first
+    yield name
+    _load_model.cache_clear()
+
+
+def _stored_value_file(home: Path, version: int) -> Path:
+    """The artifact store's own copy of a version's value file (under the local store's home)."""
+    (found,) = (p for p in home.rglob(f"value-{version}.txt") if p.parent != home)
+    return found
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[0] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_version_is_served_only_while_its_files_are_those_it_was_registered_with(
+    tracker, sealed, tmp_path
+) -> None:
+    current = champion(tracker, sealed)
+    assert len(current.tags[DIGEST_TAG]) == 64
+    served, model, refused = serving_model(tracker, current)
+    assert (served.version, model.predict([[0]]), refused) == (2, [2.0], [])
+
+    _flip_a_byte(_stored_value_file(tmp_path, 2))
+    _load_model.cache_clear()
+    with pytest.raises(ArtifactDigestError, match=f"models:/{sealed}/2: .* not the .* recorded"):
+        load_model(tracker, current)
+    # Scoring refuses the tampered champion; the champion before it serves meanwhile.
+    served, model, refused = serving_model(tracker, current)
+    assert (served.version, model.predict([[0]])) == (1, [1.0])
+    assert len(refused) == 1 and f"models:/{sealed}/2" in refused[0]
+    # The alias is not moved by a refusal: the operator decides (a rollback, a retraining).
+    assert champion(tracker, sealed).version == 2
+
+    _flip_a_byte(_stored_value_file(tmp_path, 1))
+    _load_model.cache_clear()
+    with pytest.raises(ArtifactDigestError, match="nothing is scored"):
+        serving_model(tracker, current)
+
+
+def test_the_digest_covers_every_file_and_its_path(tmp_path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x").write_bytes(b"1")
+    before = artifact_digest(tmp_path)
+    (tmp_path / "a" / "x").rename(tmp_path / "x")
+    moved = artifact_digest(tmp_path)
+    (tmp_path / "y").write_bytes(b"")
+    assert len({before, moved, artifact_digest(tmp_path)}) == 3

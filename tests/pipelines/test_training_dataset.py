@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.definitions import build_definitions
 from pipelines.lib import datasets
-from pipelines.lib.datasets import DvcCommandError, DvcDatasetStore
+from pipelines.lib.datasets import DvcCommandError, DvcDatasetStore, directory_hash
 from tests.pipelines.conftest import git, with_model
 
 
@@ -179,6 +179,14 @@ def test_a_version_is_fetched_by_its_hash_alone_through_s3(dvc_repo, s3_env, tmp
     assert {p.stem: sha256(p) for p in folder.iterdir()} == expected
     assert [p.name for p in (pod / "cache").iterdir()] == [folder.name]  # no scratch left
     assert fetcher.fetch(version.dvc_hash) == folder  # cached by hash: no second fetch
+    assert directory_hash(folder) == version.dvc_hash  # DVC's own hash of the folder
+    # A cached file corrupted (a flipped byte) is not reused: the version is fetched again.
+    cached = folder / "train.parquet"
+    data = bytearray(cached.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    cached.write_bytes(bytes(data))
+    assert fetcher.fetch(version.dvc_hash) == folder
+    assert {p.stem: sha256(p) for p in folder.iterdir()} == expected
     # Only the most recently used versions stay.
     monkeypatch.setattr(datasets, "FETCHED_VERSIONS", 1)
     newest = fetcher.fetch(newer.dvc_hash)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.partitions import landing_partitions
-from pipelines.lib.registry import champion, load_model, registered_name
+from pipelines.lib.registry import DIGEST_TAG, champion, registered_name, serving_model
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse, WarehouseConnection, replace_rows
 from pipelines.model_spec import ModelSpec
@@ -92,7 +92,11 @@ def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
         from ml.labels import probabilities_from_output, score_of
         from ml.pyfunc import model_input
 
-        model = load_model(tracker, current)
+        # A champion whose stored files fail their check is refused; the champion before it
+        # serves meanwhile, and each refusal is an error in the run's log.
+        served, model, refused = serving_model(tracker, current)
+        for why in refused:
+            context.log.error(f"refused to score with {why}; serving version {served.version}")
 
         def score(frame: pd.DataFrame) -> np.ndarray:
             # One score per example: P(true), or the expected class over K - 1 (ml.labels).
@@ -107,7 +111,7 @@ def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
                 spec.time_column: features[spec.time_column],
                 "probability": pd.Series(score_of(probs), dtype="float64").to_numpy(),
                 **per_class,
-                "model_version": current.version,
+                "model_version": served.version,
                 "scored_at": datetime.now(UTC).replace(tzinfo=None),
             }
         )
@@ -120,8 +124,10 @@ def build_scoring_assets(task: Task) -> list[dg.AssetsDefinition]:
         return dg.MaterializeResult(
             metadata={
                 "dagster/row_count": len(rows),
-                "model_version": current.version,
-                "model_uri": current.uri,
+                "model_version": served.version,
+                "model_uri": served.uri,
+                "artifact_sha256": served.tags.get(DIGEST_TAG, "not recorded"),
+                **({"refused_champion": current.version} if refused else {}),
                 "mean_probability": float(rows.probability.mean()),
                 **recalibrated,
             }

@@ -15,7 +15,7 @@ from ml.config import FeatureConfig, ModelConfig, TrainConfig, TuneConfig
 from ml.model_cache import CacheEntry, ModelCache, cache_key
 from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.datasets import DvcDatasetStore
-from pipelines.lib.registry import DATASET_TAG, log_baselines, registered_name
+from pipelines.lib.registry import DATASET_TAG, log_baselines, registered_name, seal
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
 from pipelines.lib.tuning_workers import DatasetRef, TuningWorkers, datamodule_for
 from pipelines.settings import retraining_default
@@ -277,4 +277,6 @@ def log_challenger(
     examples = next(pq.ParquetFile(dataset.split("validation")).iter_batches(5)).to_pandas()
     log_baselines(tracker, run_id, challenger.fitted_baselines)
     info = log_model(challenger.checkpoint, examples, registered, features)
-    return int(info.registered_model_version)
+    version = int(info.registered_model_version)
+    seal(tracker, registered, version)
+    return version
