@@ -94,8 +94,11 @@ test-all: setup
 fuzz: setup
 	$(VENV)/bin/pytest -m fuzz -n 2
 
+# Python style (ruff), then SQL style (sqlfluff, each model as dbt compiles it: dbt_project/.sqlfluff);
+# the compile connects to an in-memory DuckDB, not the warehouse.
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	cd dbt_project && FLYWHEEL_WAREHOUSE_PATH=:memory: ../$(VENV)/bin/sqlfluff lint --nocolor models tests
 
 # The production lock's SBOM (build/sbom.cdx.json, offline), and its vulnerability scan, which
 # needs a vulnerability service (PyPI's) and fails on a finding not waived in deploy/waivers.toml.

@@ -22,7 +22,11 @@ with
 
 flights as (
 
-    select flight_id, origin, scheduled_departure_at from {{ ref('stg_landing__flights') }}
+    select
+        flight_id,
+        origin,
+        scheduled_departure_at
+    from {{ ref('stg_landing__flights') }}
     where {{ date_window_filter('flight_date') }}
         and flight_number % 10 = 0
 
@@ -48,9 +52,29 @@ portable as (
 
 final as (
 
-    (select 'only_native' as found_in, * from native except select 'only_native', * from portable)
+    (
+        select
+            'only_native' as found_in,
+            *
+        from native
+        except
+        select
+            'only_native' as found_in,
+            *
+        from portable
+    )
     union all
-    (select 'only_portable', * from portable except select 'only_portable', * from native)
+    (
+        select
+            'only_portable' as found_in,
+            *
+        from portable
+        except
+        select
+            'only_portable' as found_in,
+            *
+        from native
+    )
 
 )
 

@@ -48,9 +48,10 @@ flight_segments as (
 
     select
         flight_id,
-        {%- for segment_type, expression in segments.items() %}
-        {{ expression }} as {{ segment_type }}_segment{{ ',' if not loop.last }}
-        {%- endfor %}
+    {% for segment_type, expression in segments.items() %}
+        {{ expression }} as {{ segment_type }}_segment
+        {{- ',' if not loop.last }}
+    {% endfor %}
     from flights
 
 ),
@@ -65,24 +66,26 @@ labelled_flights as (
     from flight_labels
     inner join flight_segments
         on flight_labels.flight_id = flight_segments.flight_id
-    where flight_labels.known_at >= cast((select lookback_start_date from bounds) as timestamp)
-        and flight_labels.known_at < cast((select end_date from bounds) as timestamp)
+    where
+        flight_labels.known_at
+        >= cast((select bounds.lookback_start_date from bounds) as timestamp)
+        and flight_labels.known_at < cast((select bounds.end_date from bounds) as timestamp)
 
 ),
 
 labelled_segment_flights as (
 
-    {%- for segment_type in segments %}
-    select
-        '{{ segment_type }}' as segment_type,
-        {{ segment_type }}_segment as segment_value,
-        is_late,
-        known_at,
-        known_date
-    from labelled_flights
-    where {{ segment_type }}_segment is not null
-    {{ 'union all' if not loop.last }}
-    {%- endfor %}
+    {% for segment_type in segments %}
+        select
+            '{{ segment_type }}' as segment_type,
+            {{ segment_type }}_segment as segment_value,
+            is_late,
+            known_at,
+            known_date
+        from labelled_flights
+        where {{ segment_type }}_segment is not null
+        {{ 'union all' if not loop.last }}
+    {% endfor %}
 
 ),
 
@@ -102,15 +105,18 @@ segment_known_days as (
 
 labelled_segments as (
 
-    select distinct segment_type, segment_value from segment_known_days
+    select distinct
+        segment_type,
+        segment_value
+    from segment_known_days
 
 ),
 
 days as (
 
     {{ date_spine(
-        '(select lookback_start_date from bounds)',
-        '(select end_date from bounds)',
+        '(select bounds.lookback_start_date from bounds)',
+        '(select bounds.end_date from bounds)',
     ) }}
 
 ),
@@ -170,8 +176,8 @@ final as (
         cast(late_count as double precision) / nullif(labelled_count, 0) as late_rate,
         latest_label_known_at
     from rolled
-    where rate_date >= (select start_date from bounds)
-        and rate_date < (select end_date from bounds)
+    where rate_date >= (select bounds.start_date from bounds)
+        and rate_date < (select bounds.end_date from bounds)
 
 )
 

@@ -36,9 +36,10 @@ flight_segments as (
 
     select
         flights.*,
-        {%- for segment_type, expression in segments.items() %}
-        {{ expression }} as {{ segment_type }}_segment{{ ',' if not loop.last }}
-        {%- endfor %}
+    {% for segment_type, expression in segments.items() %}
+        {{ expression }} as {{ segment_type }}_segment
+        {{- ',' if not loop.last }}
+    {% endfor %}
     from flights
 
 ),
@@ -72,7 +73,7 @@ final as (
 
         flight_segments.tailnum,
         cast(extract(year from flight_segments.flight_date) as {{ dbt.type_bigint() }})
-            - planes.manufactured_year as plane_age_years,
+        - planes.manufactured_year as plane_age_years,
         planes.seat_count as plane_seats,
         planes.engine_count as plane_engines,
         planes.manufacturer as plane_manufacturer,
@@ -80,21 +81,21 @@ final as (
         planes.engine_type as plane_engine,
         planes.tailnum is not null as has_plane_record,
 
-        {%- for segment_type in segments %}
+    {% for segment_type in segments %}
         {{ segment_type }}_rates.late_rate as {{ segment_type }}_late_rate,
         coalesce({{ segment_type }}_rates.labelled_count, 0) as {{ segment_type }}_labelled_count
         {{- ',' if not loop.last }}
-        {%- endfor %}
+    {% endfor %}
 
     from flight_segments
     left join planes
         on flight_segments.tailnum = planes.tailnum
-    {%- for segment_type in segments %}
-    left join segment_late_rates as {{ segment_type }}_rates
-        on {{ segment_type }}_rates.segment_type = '{{ segment_type }}'
-        and flight_segments.{{ segment_type }}_segment = {{ segment_type }}_rates.segment_value
-        and flight_segments.flight_date = {{ segment_type }}_rates.rate_date
-    {%- endfor %}
+    {% for segment_type in segments %}
+        left join segment_late_rates as {{ segment_type }}_rates
+            on {{ segment_type }}_rates.segment_type = '{{ segment_type }}'
+            and flight_segments.{{ segment_type }}_segment = {{ segment_type }}_rates.segment_value
+            and flight_segments.flight_date = {{ segment_type }}_rates.rate_date
+    {% endfor %}
 
 )
 

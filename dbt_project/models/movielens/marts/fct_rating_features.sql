@@ -59,8 +59,8 @@ user_history as (
         avg(known_ratings.rating) as user_mean_rating
     from events
     left join known_ratings
-        on known_ratings.user_id = events.user_id
-        and known_ratings.known_at < events.rating_month
+        on events.user_id = known_ratings.user_id
+        and events.rating_month > known_ratings.known_at
     group by events.rating_id
 
 ),
@@ -73,8 +73,8 @@ movie_history as (
         avg(known_ratings.rating) as movie_mean_rating
     from events
     left join known_ratings
-        on known_ratings.movie_id = events.movie_id
-        and known_ratings.known_at < events.rating_month
+        on events.movie_id = known_ratings.movie_id
+        and events.rating_month > known_ratings.known_at
     group by events.rating_id
 
 ),
@@ -95,7 +95,7 @@ final as (
         movies.genre_count,
         movies.release_year,
         cast(extract(year from events.rated_at) as {{ dbt.type_bigint() }})
-            - movies.release_year as film_age_years,
+        - movies.release_year as film_age_years,
         events.rated_hour,
         events.rated_weekday,
         user_history.user_labelled_count,

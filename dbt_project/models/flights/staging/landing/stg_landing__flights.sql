@@ -54,8 +54,8 @@ final as (
 
     select
         cast(flight_date as {{ dbt.type_string() }})
-            || '_' || carrier || cast(flight_number as {{ dbt.type_string() }})
-            || '_' || origin as flight_id,
+        || '_' || carrier || cast(flight_number as {{ dbt.type_string() }})
+        || '_' || origin as flight_id,
         flight_date,
         scheduled_departure_at,
         carrier,
