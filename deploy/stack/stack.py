@@ -311,6 +311,7 @@ class Stack:
                 mlflow_auth.ensure_runs_user(os.environ, self.settings["secrets"], say)
             if name == "s3":
                 s3.ensure_bucket(os.environ, BUCKET)
+                s3.sync_writes(self.address, self.settings["ports"])
                 imported = s3.import_saved(self.root / "s3", os.environ, BUCKET)
                 if imported:
                     say(f"imported {imported} objects saved by the former S3 endpoint")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from deploy.stack import s3
 from deploy.stack.pgbouncer import POOL_SIZE
+from deploy.stack.stack import Stack
 from pipelines.resources import warehouse
 from sim.world.nycflights import load
 from tests.deploy.stackctl import passable, stack, stack_env
@@ -201,6 +204,38 @@ def test_mlflow_lets_only_its_users_choose_the_champion(home: Path):
         created = mlflow_call(values, "registered-models/create", {"name": "x"}, nobody)
         assert created.status_code == 401
     assert mlflow_call(values, "registered-models/alias", alias, runs).ok
+
+
+def test_the_object_store_syncs_each_object_to_disk_before_acknowledging_it(
+    home: Path, monkeypatch
+):
+    """The running store's filer says `fsync` for the buckets' path; with it the volume server
+    syncs each object's bytes before the gateway answers the PUT."""
+    settings = json.loads((home / "stack" / "stack.json").read_text())
+    assert s3.writes_synced(Stack.of_home(home).address, settings["ports"])
+    if shutil.which("strace") is None:  # the setting alone is asserted where strace is missing
+        return
+    values = stack_env(home)
+    (store,) = [
+        int(line.split()[0])
+        for line in subprocess.run(
+            ["pgrep", "-a", "weed"], capture_output=True, text=True
+        ).stdout.splitlines()
+        if f"-dir={Stack.of_home(home).objects}" in line and " server " in line
+    ]
+    traced = subprocess.Popen(
+        ["strace", "-f", "-y", "-e", "trace=fsync,fdatasync", "-p", str(store)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1)
+    monkeypatch.setenv("AWS_CA_BUNDLE", values["AWS_CA_BUNDLE"])
+    client = s3.client(values)
+    for k in range(5):
+        client.put_object(Bucket="flywheel", Key=f"sync-probe/{k}", Body=os.urandom(4096))
+    traced.send_signal(signal.SIGINT)
+    synced = [line for line in traced.communicate(timeout=30)[1].splitlines() if ".dat>" in line]
+    assert len(synced) >= 5, synced  # one sync of a volume's data file per object at least
 
 
 def test_dagster_reaches_its_database_through_the_pooler(home: Path, env: dict[str, str]):
