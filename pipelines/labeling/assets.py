@@ -16,7 +16,8 @@ GROUP = "labeling"
 class LabelSelectionConfig(dg.Config):
     """How many of a day's examples go to labeling, and what share of them is a random audit."""
 
-    budget: int = 150
+    # Examples per partition; unset, the task's own budget (`labels.budget` in its YAML).
+    budget: int | None = None
     # The audit share is the unbiased sample evaluation, performance monitoring, the excess-loss
     # alarm and recalibration rely on. The whole budget by default: replayed over April to
     # December with ten seeds, no targeted choice (the least sure, the margin of the calibrated
@@ -60,12 +61,20 @@ def build_labeling_assets(task: Task) -> list[dg.AssetsDefinition]:
                 config.audit_share,
                 config.seed,
             )
+        if report.candidates and report.budget > report.candidates / 2:
+            context.log.warning(
+                f"the label budget, {report.budget} examples, is more than half of the "
+                f"{report.candidates} of {context.partition_key}: a label choice and the "
+                "same-budget reference say little when most examples are labelled; set a "
+                f"smaller labels.budget in {task.path.name}"
+            )
         return dg.MaterializeResult(
             metadata={
                 "dagster/row_count": sum(report.reasons.values()),
                 "batch_id": report.batch_id,
                 "published_to": report.where,
                 "candidates": report.candidates,
+                "budget": report.budget,
                 "scored_candidates": report.scored,
                 "drift_flagged_segments": report.flagged_segments,
                 "reasons": report.reasons,

@@ -40,6 +40,8 @@ class ExportReport:
     scored: int
     flagged_segments: int
     reasons: dict[str, int]
+    # The examples the budget allowed this partition.
+    budget: int
 
 
 @dataclass(frozen=True)
@@ -106,13 +108,15 @@ def export_day(
     spec: ModelSpec,
     labeling: LabelingSpec,
     day: str,
-    budget: int,
+    budget: int | None,
     audit_share: float,
     seed: int = 0,
 ) -> ExportReport:
-    """Choose the day's examples to label (the day's samples drawn by `seed`), publish the
-    batch, record its tasks."""
+    """Choose the day's examples to label (the day's samples drawn by `seed`), at most `budget`
+    (None: the task's own budget, `labeling.budget`), publish the batch, record its tasks."""
     candidates = export_candidates(con, task, spec, day)
+    if budget is None:
+        budget = labeling.budget.for_partition(len(candidates))
     flagged = flagged_segments(con, day)
     drawn = f"{task.name}/{day}" if seed == 0 else f"{task.name}/{day}/{seed}"
     sampler_seed = int(hashlib.sha256(drawn.encode()).hexdigest()[:8], 16)
@@ -155,6 +159,7 @@ def export_day(
         scored=int(candidates.score.notna().sum()),
         flagged_segments=0 if flagged is None else len(flagged),
         reasons=chosen.reason.value_counts().to_dict(),
+        budget=budget,
     )
 
 

@@ -18,6 +18,44 @@ from xml.sax.saxutils import quoteattr
 from pipelines.contracts import TaskSpec
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+# A task's label budget when its YAML names none: examples sent to labeling per partition.
+DEFAULT_BUDGET = 150
+
+
+@dataclass(frozen=True)
+class LabelBudget:
+    """How many of a partition's examples go to labeling: a fixed `count`, or a `share` of the
+    partition's examples (`labels.budget: 150` or `labels.budget: 5%` in the task's YAML)."""
+
+    count: int | None = DEFAULT_BUDGET
+    share: float | None = None
+
+    @classmethod
+    def parse(cls, raw: Any) -> LabelBudget:
+        """The budget a YAML value names: a whole number, or a percentage such as "5%"."""
+        if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+            return cls(count=raw)
+        text = str(raw).strip()
+        if text.endswith("%"):
+            try:
+                percent = float(text[:-1])
+            except ValueError:
+                percent = -1.0
+            if 0 < percent <= 100:
+                return cls(count=None, share=percent / 100)
+        raise ValueError(
+            f"labels: budget {raw!r} is neither a whole number of examples per partition (150) "
+            "nor a percentage of a partition's examples (5%)"
+        )
+
+    def for_partition(self, examples: int) -> int:
+        """The examples to send to labeling out of a partition's `examples`."""
+        if self.share is not None:
+            return round(self.share * examples)
+        return int(self.count or 0)
+
+    def __str__(self) -> str:
+        return f"{self.share:.0%} of a partition's examples" if self.share else f"{self.count}"
 
 
 @dataclass(frozen=True)
@@ -35,6 +73,7 @@ class LabelingSpec:
     # Composite segment types: name -> the columns whose values, joined by "-", name a segment.
     # Any other segment type is a column of the example's features.
     segments: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    budget: LabelBudget = field(default_factory=LabelBudget)
 
     def __post_init__(self) -> None:
         for what, name in (("example_id", self.example_id), ("label", self.label)):
@@ -142,6 +181,7 @@ def parse_labeling_spec(task: TaskSpec) -> LabelingSpec:
             shown=tuple(raw.get("shown") or ()),
             question=str(raw.get("question") or ""),
             segments={str(k): tuple(v) for k, v in segments.items()},
+            budget=LabelBudget.parse(raw.get("budget", DEFAULT_BUDGET)),
         )
     except ValueError as e:
         raise ValueError(f"{task.path}: {e}") from None

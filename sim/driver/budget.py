@@ -65,5 +65,6 @@ def play_options(args: argparse.Namespace, **more: Any) -> RunOptions:
         drift=args.drift,
         validation_days=budget["FLYWHEEL_VALIDATION_DAYS"],
         test_days=budget["FLYWHEEL_TEST_DAYS"],
+        label_budget=args.label_budget,
         **more,
     )

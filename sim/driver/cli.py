@@ -18,9 +18,15 @@ from pipelines.settings import (
     LABEL_STUDIO_URL,
     RETRAIN_ON,
     flywheel_home,
-    retraining_default,
 )
 from pipelines.task import load_task
+from sim.driver.arguments import (
+    iso_day,
+    play_arguments,
+    policy_names,
+    positive_int,
+    seed_number,
+)
 from sim.driver.budget import play_options
 from sim.driver.console import log_path, output_to_log, say
 from sim.driver.daemon import DaemonDriveError
@@ -30,101 +36,10 @@ from sim.driver.simulation import RunOptions, UsageError, days_to_play, run
 from sim.world.annotator_service import AnnotatorServiceError, serve
 from sim.world.annotators import annotators_for
 from sim.world.clock import read_clock, write_clock
-from sim.world.drift import SYNTAX, PlantedDrift, parse_drift, planted
+from sim.world.drift import planted
 from sim.world.label_studio_server import VERSION as LABEL_STUDIO_VERSION
 from sim.world.label_studio_server import LabelStudioServerError, LocalLabelStudio
 from sim.world.replay import day_bounds, land_days
-
-
-def _whole(minimum: int):
-    """A whole number of at least `minimum`, as argparse's `type`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
-        return value
-
-    return parse
-
-
-_positive_int, _seed = _whole(1), _whole(0)
-
-
-def _iso_day(text: str) -> date:
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a date as YYYY-MM-DD, got {text!r}") from None
-
-
-def _drift(text: str) -> PlantedDrift:
-    try:
-        return parse_drift(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _policies(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in POLICIES]
-    if unknown or not names or len(set(names)) < len(names):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: name each policy once, of {', '.join(POLICIES)}"
-        )
-    return names
-
-
-def _default(name: str) -> str:
-    return f"{name}, {retraining_default(name)}"
-
-
-def _play_arguments(parser: argparse.ArgumentParser) -> None:
-    """What `run` and `compare` share: the days, the first model and the retraining budget."""
-    parser.add_argument("--days", type=_positive_int, required=True, help="how many days")
-    parser.add_argument(
-        "--bootstrap-days",
-        type=_positive_int,
-        default=RunOptions.bootstrap_days,
-        help="days before the first model",
-    )
-    parser.add_argument(
-        "--trials",
-        type=_positive_int,
-        help=f"tuning trials per retraining ({_default('FLYWHEEL_TRIALS')})",
-    )
-    parser.add_argument(
-        "--max-epochs",
-        type=_positive_int,
-        help=f"epochs per trial ({_default('FLYWHEEL_MAX_EPOCHS')})",
-    )
-    parser.add_argument(
-        "--members",
-        type=_positive_int,
-        help=f"networks averaged in each challenger ({_default('FLYWHEEL_MEMBERS')})",
-    )
-    parser.add_argument(
-        "--drift",
-        type=_drift,
-        help=f"plant a break from a day on, {SYNTAX}: e.g. celsius@2013-11-01 (weather in "
-        "Celsius), concept@2013-11-01 (B6 late more often), reschedule:EV+3@2013-11-01 (EV "
-        "departs 3 hours later)",
-    )
-    parser.add_argument(
-        "--validation-days",
-        type=_positive_int,
-        help="latest labelled days each retraining holds out to validate on, before its test "
-        f"({_default('FLYWHEEL_VALIDATION_DAYS')})",
-    )
-    parser.add_argument(
-        "--test-days",
-        type=_positive_int,
-        help="latest labelled days each retraining holds out to test on "
-        f"({_default('FLYWHEEL_TEST_DAYS')})",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,16 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flywheel-sim", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     advance = commands.add_parser("advance", help="land the next days' production files")
-    advance.add_argument("--days", type=_positive_int, required=True, help="how many days")
+    advance.add_argument("--days", type=positive_int, required=True, help="how many days")
     advance.add_argument(
-        "--start", type=_iso_day, help="first day to land (default: the day after the clock)"
+        "--start", type=iso_day, help="first day to land (default: the day after the clock)"
     )
     advance.add_argument("--env", choices=ENVIRONMENTS, help="default: FLYWHEEL_ENV or local")
     run = commands.add_parser(
         "run", help="the simulation: land day by day and run the pipeline as its sensors ask"
     )
-    run.add_argument("--start", type=_iso_day, help="first day (default: the day after the clock)")
-    _play_arguments(run)
+    run.add_argument("--start", type=iso_day, help="first day (default: the day after the clock)")
+    play_arguments(run)
     run.add_argument(
         "--policy",
         choices=list(POLICIES),
@@ -152,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--seed",
-        type=_seed,
+        type=seed_number,
         default=0,
         help="what the play draws: the tuning sampler, the networks' initialisations, the label "
         "export's audit and random samples (default 0)",
@@ -178,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--pool-wait",
-        type=_positive_int,
+        type=positive_int,
         default=600,
         help="seconds a run waits for a pool slot another live run holds before it fails",
     )
@@ -190,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--daemon-timeout",
-        type=_positive_int,
+        type=positive_int,
         default=1800,
         help="with --daemon: seconds to wait for the pipeline to be idle before failing",
     )
@@ -205,26 +120,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="play the same days under several retraining policies, each in its own state "
         "folder, and write one report",
     )
-    compare.add_argument("--start", type=_iso_day, help="first day (required to play)")
-    _play_arguments(compare)
+    compare.add_argument("--start", type=iso_day, help="first day (required to play)")
+    play_arguments(compare)
     next(a for a in compare._actions if a.dest == "days").required = False  # --report-only
     compare.add_argument(
         "--policies",
-        type=_policies,
+        type=policy_names,
         default=list(DEFAULT_COMPARED),
         help=f"comma-separated, of {', '.join(POLICIES)} (default: all but weekly, which "
         "every-7d plays without the schedule's cooldown)",
     )
     compare.add_argument(
         "--seeds",
-        type=_positive_int,
+        type=positive_int,
         default=3,
         help="plays of each policy, seeds 0 to N-1, each paired with the other policies' play "
         "of the same seed (default 3)",
     )
     compare.add_argument(
         "--jobs",
-        type=_positive_int,
+        type=positive_int,
         help="plays at a time, each on its share of the cores (default: one per core, at "
         "most four)",
     )
@@ -241,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a local Label Studio under $FLYWHEEL_HOME/label-studio: install, start, stop, env",
     )
     studio.add_argument("action", choices=("install", "start", "stop", "env"))
-    studio.add_argument("--port", type=_positive_int, default=8080, help="default: 8080")
+    studio.add_argument("--port", type=positive_int, default=8080, help="default: 8080")
     commands.add_parser(
         "annotators",
         help="the simulated annotators as a service: answer the days the simulation asks for",

@@ -129,6 +129,8 @@ class RunOptions:
     # trains on a dataset version another already trained on, with the same seed and settings,
     # reuses its model.
     model_cache: Path | None = None
+    # Examples sent to labeling per partition (None: the task's own `labels.budget`).
+    label_budget: int | None = None
     # Whether the report trains the same-budget reference and the all-labels ceiling.
     baselines: bool = True
     # Print the report's path at the end, not the whole report.
@@ -151,6 +153,8 @@ class RunOptions:
         from sim.driver.in_process import TARGETED_LABELS
 
         export: dict = {"seed": self.seed} if self.seed else {}
+        if self.label_budget is not None:
+            export["budget"] = self.label_budget
         if self.policy in TARGETED_LABELS:
             export["audit_share"] = TARGETED_LABELS[self.policy]
         if export and task.label_tasks_table:

@@ -1,6 +1,7 @@
 """The labeling loop through Dagster: export -> annotators (sim) -> import, and bad deliveries."""
 
 import json
+import logging
 from datetime import date
 
 import dagster as dg
@@ -146,3 +147,26 @@ def test_with_a_champion_the_choice_follows_uncertainty_audit_and_drift(flywheel
     assert all(t["predictions"][0]["model_version"] == "3" for t in batch)
     drift = [t for t in batch if t["meta"]["reason"] == "drift_segment"]
     assert all(t["data"]["route"] == "JFK-LAX" for t in drift)
+
+
+def test_the_budget_is_the_tasks_unless_a_run_sets_one_and_most_of_a_day_is_warned(flywheel):
+    land_days(flywheel.zone, [date(2013, 1, 1)])
+    flywheel.run("dimension_warehouse_job")
+    flywheel.run("daily_warehouse_job", DAY)
+
+    def exported(config: dict | None) -> tuple[dict, list[str]]:
+        result = materialize(flywheel, "label_tasks", DAY, config)
+        node = result.asset_materializations_for_node("flights__label_tasks")[0]
+        warned = [
+            e.user_message
+            for e in flywheel.instance.all_logs(result.run_id)
+            if e.level == logging.WARNING and "label budget" in e.user_message
+        ]
+        return {k: v.value for k, v in node.metadata.items()}, warned
+
+    own, warned = exported(None)  # the task's labels.budget: 150 flights a day
+    assert own["budget"] == own["dagster/row_count"] == 150 and warned == []
+    most, warned = exported({"budget": own["candidates"] - 10})
+    assert most["dagster/row_count"] == own["candidates"] - 10
+    assert len(warned) == 1
+    assert f"of the {own['candidates']} of {DAY}" in warned[0] and "flights.yaml" in warned[0]

@@ -25,9 +25,10 @@ from pipelines.labeling.annotations import MAX_NESTING
 from pipelines.labeling.export_import import import_day
 from pipelines.labeling.label_exchange import FileLabelExchange
 from pipelines.labeling.selection import importance_weights
+from pipelines.labeling.spec import LabelBudget
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
-from pipelines.task import load_task
+from pipelines.task import TASKS_DIR, load_task
 
 KEY = "inbox/2013-01-03/b1.json"
 LABELING = load_task("flights").labeling
@@ -466,3 +467,28 @@ def test_the_pre_annotation_is_the_scores_choice_binary_or_the_nearest_star() ->
     # The score is the expected class over 9: 0 is half a star, 1 five stars.
     picks = [stars.choice_for_score(s) for s in (0.0, 0.05, 0.06, 0.5, 7 / 9, 1.0, 1.2)]
     assert picks == ["0.5", "0.5", "1", "3", "4", "5", "5"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "examples", "expected"), [(150, 900, 150), ("5%", 900, 45), ("100%", 7, 7), (0, 9, 0)]
+)
+def test_a_label_budget_is_a_count_or_a_share_of_the_partition(raw, examples, expected) -> None:
+    assert LabelBudget.parse(raw).for_partition(examples) == expected
+
+
+@pytest.mark.parametrize("raw", [-1, "0%", "150%", "five", 1.5, True, "%"])
+def test_a_label_budget_neither_a_count_nor_a_share_is_refused(raw) -> None:
+    with pytest.raises(ValueError, match="neither a whole number of examples per partition"):
+        LabelBudget.parse(raw)
+
+
+def test_the_task_file_names_its_budget(tmp_path) -> None:
+    text = (TASKS_DIR / "flights.yaml").read_text()
+    assert "  budget: 150\n" in text
+    assert load_task("flights").labeling.budget == LabelBudget(count=150)
+    shared = tmp_path / "flights.yaml"
+    shared.write_text(text.replace("  budget: 150\n", "  budget: 12%\n"))
+    assert load_task(shared).labeling.budget.for_partition(1000) == 120
+    shared.write_text(text.replace("  budget: 150\n", "  budget: lots\n"))
+    with pytest.raises(ValueError, match=r"flights\.yaml: labels: budget 'lots' is neither"):
+        load_task(shared)

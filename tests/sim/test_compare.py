@@ -325,3 +325,19 @@ def test_a_bootstrap_too_short_for_the_held_out_days_is_refused_before_any_play(
         assert "--bootstrap-days 14 leaves the first model 13 labelled days" in said
         assert "at least 16 bootstrap days" in said
     assert not (tmp_path / "compare.json").exists()
+
+
+def test_the_label_budget_flag_reaches_the_label_export() -> None:
+    from pipelines.task import load_task
+    from sim.driver.budget import play_options
+    from sim.driver.cli import build_parser
+
+    task = load_task("flights")
+    args = build_parser().parse_args(
+        ["run", "--days", "30", "--label-budget", "40", "--bootstrap-days", "21"]
+    )
+    config = play_options(args).run_configs(task)["label_export_job"]
+    (op,) = config["ops"].values()
+    assert op["config"] == {"budget": 40}
+    unset = build_parser().parse_args(["run", "--days", "30"])
+    assert "label_export_job" not in play_options(unset).run_configs(task)

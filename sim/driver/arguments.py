@@ -1,0 +1,107 @@
+"""The flags of `flywheel-sim`'s commands that `run` and `compare` share, and their types."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import date
+
+from pipelines.settings import retraining_default
+from sim.driver.in_process import POLICIES
+from sim.driver.simulation import RunOptions
+from sim.world.drift import SYNTAX, PlantedDrift, parse_drift
+
+
+def whole(minimum: int):
+    """A whole number of at least `minimum`, as argparse's `type`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int, seed_number = whole(1), whole(0)
+
+
+def iso_day(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a date as YYYY-MM-DD, got {text!r}") from None
+
+
+def drift(text: str) -> PlantedDrift:
+    try:
+        return parse_drift(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def policy_names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names or len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name each policy once, of {', '.join(POLICIES)}"
+        )
+    return names
+
+
+def _default(name: str) -> str:
+    return f"{name}, {retraining_default(name)}"
+
+
+def play_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `run` and `compare` share: the days, the first model and the retraining budget."""
+    parser.add_argument("--days", type=positive_int, required=True, help="how many days")
+    parser.add_argument(
+        "--bootstrap-days",
+        type=positive_int,
+        default=RunOptions.bootstrap_days,
+        help="days before the first model",
+    )
+    parser.add_argument(
+        "--trials",
+        type=positive_int,
+        help=f"tuning trials per retraining ({_default('FLYWHEEL_TRIALS')})",
+    )
+    parser.add_argument(
+        "--max-epochs",
+        type=positive_int,
+        help=f"epochs per trial ({_default('FLYWHEEL_MAX_EPOCHS')})",
+    )
+    parser.add_argument(
+        "--members",
+        type=positive_int,
+        help=f"networks averaged in each challenger ({_default('FLYWHEEL_MEMBERS')})",
+    )
+    parser.add_argument(
+        "--drift",
+        type=drift,
+        help=f"plant a break from a day on, {SYNTAX}: e.g. celsius@2013-11-01 (weather in "
+        "Celsius), concept@2013-11-01 (B6 late more often), reschedule:EV+3@2013-11-01 (EV "
+        "departs 3 hours later)",
+    )
+    parser.add_argument(
+        "--label-budget",
+        type=seed_number,
+        help="examples sent to labeling per partition (default: the task's labels.budget)",
+    )
+    parser.add_argument(
+        "--validation-days",
+        type=positive_int,
+        help="latest labelled days each retraining holds out to validate on, before its test "
+        f"({_default('FLYWHEEL_VALIDATION_DAYS')})",
+    )
+    parser.add_argument(
+        "--test-days",
+        type=positive_int,
+        help="latest labelled days each retraining holds out to test on "
+        f"({_default('FLYWHEEL_TEST_DAYS')})",
+    )
