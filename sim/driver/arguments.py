@@ -64,7 +64,7 @@ def play_arguments(parser: argparse.ArgumentParser) -> None:
         "--bootstrap-days",
         type=positive_int,
         default=RunOptions.bootstrap_days,
-        help="days before the first model",
+        help=f"days before the first model (default {RunOptions.bootstrap_days})",
     )
     parser.add_argument(
         "--trials",
@@ -105,3 +105,35 @@ def play_arguments(parser: argparse.ArgumentParser) -> None:
         help="latest labelled days each retraining holds out to test on "
         f"({_default('FLYWHEEL_TEST_DAYS')})",
     )
+
+
+# Examples shown under `--help`, each a command a newcomer runs as it is.
+EXAMPLES = {
+    "flywheel-sim": """examples:
+  flywheel-sim run --start 2013-04-01 --days 275 --bootstrap-days 21   # what `make flywheel` plays
+  flywheel-sim run --days 7                        # a week more, from the day after the clock
+  flywheel-sim compare --start 2013-11-25 --days 21 --policies every-7d,flywheel --seeds 3
+  flywheel-sim status                              # the clock and the landing zone
+  FLYWHEEL_TASK=movielens flywheel-sim run --start 1999-01-01 --days 72 --bootstrap-days 12
+
+`flywheel-sim COMMAND --help` shows a command's flags and their defaults.""",
+    "run": """examples:
+  flywheel-sim run --start 2013-04-01 --days 275 --bootstrap-days 21
+  flywheel-sim run --start 2013-10-15 --days 45 --drift concept@2013-11-15 --policy every-7d
+  flywheel-sim run --days 30 --trials 4 --label-budget 300 --seed 2
+  FLYWHEEL_HOME=.flywheel-b flywheel-sim run --start 2013-09-01 --days 60   # another state folder
+
+A killed run resumes after the last day it finished: run the same command again.""",
+    "compare": """examples:
+  flywheel-sim compare --start 2013-11-25 --days 21 --policies every-7d,flywheel --seeds 3
+  flywheel-sim compare --start 2013-10-15 --days 45 --bootstrap-days 16 \\
+      --policies flywheel,every-7d --seeds 3 --drift celsius@2013-11-15
+  flywheel-sim compare --report-only --out .flywheel/compare   # judge a finished comparison again
+
+Each play resumes after a kill; the report is written once every play is done.""",
+}
+
+
+def with_examples(command: str) -> dict:
+    """`add_parser`'s (or `ArgumentParser`'s) keywords that show `command`'s examples."""
+    return {"epilog": EXAMPLES[command], "formatter_class": argparse.RawDescriptionHelpFormatter}

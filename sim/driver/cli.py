@@ -26,6 +26,7 @@ from sim.driver.arguments import (
     policy_names,
     positive_int,
     seed_number,
+    with_examples,
 )
 from sim.driver.budget import play_options
 from sim.driver.console import log_path, output_to_log, say
@@ -44,7 +45,9 @@ from sim.world.replay import day_bounds, land_days
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line: `advance`, `run`, `compare`, `label-studio`, `annotators`, `status`."""
-    parser = argparse.ArgumentParser(prog="flywheel-sim", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="flywheel-sim", description=__doc__, **with_examples("flywheel-sim")
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     advance = commands.add_parser("advance", help="land the next days' production files")
     advance.add_argument("--days", type=positive_int, required=True, help="how many days")
@@ -53,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     advance.add_argument("--env", choices=ENVIRONMENTS, help="default: FLYWHEEL_ENV or local")
     run = commands.add_parser(
-        "run", help="the simulation: land day by day and run the pipeline as its sensors ask"
+        "run",
+        help="the simulation: land day by day and run the pipeline as its sensors ask",
+        **with_examples("run"),
     )
     run.add_argument("--start", type=iso_day, help="first day (default: the day after the clock)")
     play_arguments(run)
@@ -117,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare = commands.add_parser(
         "compare",
+        **with_examples("compare"),
         help="play the same days under several retraining policies, each in its own state "
         "folder, and write one report",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -142,3 +143,23 @@ def test_module_entry_point(home, capsys, monkeypatch):
         runpy.run_module("sim", run_name="__main__")
     assert exit_info.value.code == 0
     assert "clock: not started" in capsys.readouterr().out
+
+
+def test_every_example_under_help_is_a_command_the_parser_takes() -> None:
+    import shlex
+
+    from sim.driver.arguments import EXAMPLES
+    from sim.driver.cli import build_parser
+
+    parsed = 0
+    for text in EXAMPLES.values():
+        for line in text.replace("\\\n", " ").splitlines():
+            if not re.match(r"\s*([A-Z_]+=\S+ )*flywheel-sim ", line):
+                continue
+            words = shlex.split(line, comments=True)
+            while words and "=" in words[0]:  # FLYWHEEL_TASK=movielens before the command
+                words.pop(0)
+            if words[:1] == ["flywheel-sim"]:
+                build_parser().parse_args(words[1:])  # exits 2 on a flag it does not take
+                parsed += 1
+    assert parsed >= 10
