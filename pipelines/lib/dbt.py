@@ -30,7 +30,13 @@ from dagster_dbt import (
 from packaging.version import Version
 
 from pipelines.lib.runs import record_child_process
-from pipelines.settings import DBT_KEEP_TARGETS, Setting, environment_of, warehouse_path
+from pipelines.settings import (
+    DBT_KEEP_TARGETS,
+    WAREHOUSE_PASSWORD,
+    Setting,
+    environment_of,
+    warehouse_path,
+)
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt_project"
 
@@ -77,11 +83,16 @@ class FlywheelDbtCliResource(DbtCliResource):
     """
 
     def cli(self, args: Sequence[str], **kwargs: Any) -> DbtCliInvocation:
-        """As DbtCliResource.cli; in this process when the dbt is this environment's."""
-        if Path(self.dbt_executable).parent not in _environment_bin_folders():
-            return super().cli(args, **kwargs)
-        with _dbt_in_process():
-            return super().cli(args, **kwargs)
+        """As DbtCliResource.cli; in this process when the dbt is this environment's. The
+        warehouse's password reaches dbt as `DBT_ENV_SECRET_WAREHOUSE_PASSWORD`, the name the
+        profile reads it by: dbt scrubs the values of its `DBT_ENV_SECRET_` variables from its
+        logs and errors."""
+        # DbtCliResource.cli copies os.environ for the dbt it starts before returning.
+        with _environ_lock, _environ({SECRET_PASSWORD: WAREHOUSE_PASSWORD.get()}):
+            if Path(self.dbt_executable).parent not in _environment_bin_folders():
+                return super().cli(args, **kwargs)
+            with _dbt_in_process():
+                return super().cli(args, **kwargs)
 
     @cached_property
     def _cli_version(self) -> Version:
@@ -191,6 +202,9 @@ PROFILE_SETTINGS = frozenset(
         "FLYWHEEL_DBT_THREADS",
     }
 )
+# The variable dbt_project/profiles.yml reads the warehouse's password from (FLYWHEEL_WAREHOUSE_
+# PASSWORD's value): dbt scrubs the values of variables with this prefix from what it writes.
+SECRET_PASSWORD = "DBT_ENV_SECRET_WAREHOUSE_PASSWORD"
 # Options of a command that change what a parse produces.
 _PARSE_OPTIONS = ("--target", "-t", "--profile", "--vars", "--profiles-dir", "--project-dir")
 

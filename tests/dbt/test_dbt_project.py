@@ -281,3 +281,34 @@ def test_one_parse_serves_warehouses_in_other_folders_and_each_build_writes_its_
     assert key(FLYWHEEL_HOME="/x") == key(FLYWHEEL_HOME="/y")
     assert key(FLYWHEEL_WAREHOUSE_PATH="/x/w.duckdb") != key(FLYWHEEL_HOME="/x")
     assert key(FLYWHEEL_WAREHOUSE_DATABASE="a") != key(FLYWHEEL_WAREHOUSE_DATABASE="b")
+
+
+def test_dbt_gets_the_warehouse_password_under_the_name_it_scrubs(tmp_path, monkeypatch):
+    from pipelines.lib import dbt as flywheel_dbt
+
+    warehouse, _ = empty_warehouse(tmp_path)
+    monkeypatch.setenv("FLYWHEEL_WAREHOUSE_PATH", str(warehouse))
+    monkeypatch.setenv("DBT_TARGET_PATH", str(tmp_path / "target"))
+    monkeypatch.setenv("FLYWHEEL_WAREHOUSE_PASSWORD", "not-the-real-one-7f3a")
+    seen: list[dict] = []
+
+    class Recorded(flywheel_dbt.InProcessDbt):
+        def __init__(self, args, env, cwd=None, **more):
+            seen.append(dict(env))
+            super().__init__(args, env, cwd, **more)
+
+    monkeypatch.setattr(flywheel_dbt, "InProcessDbt", Recorded)
+    dbt = flywheel_dbt.FlywheelDbtCliResource(
+        project_dir=str(DBT_PROJECT_DIR),
+        target="local",
+        dbt_executable=flywheel_dbt.dbt_executable(),
+    )
+    built = dbt.cli(["run", "--select", "stg_landing__flights"], raise_on_error=False)
+    assert built.is_successful(), built.get_error()
+    (env,) = seen
+    assert env[flywheel_dbt.SECRET_PASSWORD] == "not-the-real-one-7f3a"
+    assert flywheel_dbt.SECRET_PASSWORD not in os.environ  # only while dbt starts
+    # The profile reads the password by that name alone: dbt's logs never hold the value.
+    profile = (DBT_PROJECT_DIR / "profiles.yml").read_text()
+    assert "env_var('DBT_ENV_SECRET_WAREHOUSE_PASSWORD'" in profile
+    assert "env_var('FLYWHEEL_WAREHOUSE_PASSWORD'" not in profile

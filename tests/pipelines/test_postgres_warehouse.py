@@ -333,6 +333,8 @@ def test_the_dbt_unit_tests_pass_on_postgres(postgres_warehouse, tmp_path):
     with postgres(postgres_warehouse).connect() as con:
         ensure_every_tasks_raw_tables(con)
     env = postgres_warehouse | {
+        # dbt as a command: the password under the name the profile reads (and dbt scrubs)
+        "DBT_ENV_SECRET_WAREHOUSE_PASSWORD": postgres_warehouse["FLYWHEEL_WAREHOUSE_PASSWORD"],
         "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
         "DBT_TARGET_PATH": str(tmp_path / "target"),
         "DBT_LOG_PATH": str(tmp_path / "logs"),
