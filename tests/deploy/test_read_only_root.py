@@ -59,8 +59,17 @@ def script(writable: list[str], home: str, command: list[str], storage: Path, sh
     scaffold = sorted({missing_parent(Path(p)) for p in [*writable, home]} - {None, *writable})
     lines = ["set -e", "mount --make-rprivate /"]
     lines += [f"mount -t tmpfs scaffold {shlex.quote(s)}" for s in scaffold]
+    # A checkout under an empty folder's path (a clone in /tmp) would vanish under its tmpfs:
+    # it is kept aside beside the storage first and put back, read-only, on top of the tmpfs.
+    repo, aside = shlex.quote(str(REPO)), shlex.quote(str(storage.parent / "repo"))
+    covered = [p for p in writable if REPO.is_relative_to(p)]
+    if covered:
+        lines += [f"mkdir -p {aside}", f"mount --bind {repo} {aside}"]
     for path in writable:
         lines += [f"mkdir -p {shlex.quote(path)}", f"mount -t tmpfs empty {shlex.quote(path)}"]
+    if covered:
+        lines += [f"mkdir -p {repo}", f"mount --bind {aside} {repo}"]
+        lines += [f"mount -o remount,bind,ro {repo}"]
     lines += [
         f"mkdir -p {home}",
         f"printf {shlex.quote(instance(storage if shared else None))} > {home}/dagster.yaml",
