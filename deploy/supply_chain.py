@@ -52,6 +52,8 @@ def read_waivers(path: Path) -> dict[str, Waiver]:
         if not entry.get("id") or not reason:
             raise ValueError(f"{path}: waiver {k} needs both an id and a reason: {entry}")
         until = entry.get("until")
+        if until is not None and type(until) is not date:
+            raise ValueError(f"{path}: waiver {k}'s until must be a date (2027-03-01): {until!r}")
         waivers[entry["id"]] = Waiver(entry["id"], reason, until)
     return waivers
 

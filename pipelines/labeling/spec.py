@@ -54,9 +54,6 @@ class LabelBudget:
             return round(self.share * examples)
         return int(self.count or 0)
 
-    def __str__(self) -> str:
-        return f"{self.share:.0%} of a partition's examples" if self.share else f"{self.count}"
-
 
 @dataclass(frozen=True)
 class LabelingSpec:

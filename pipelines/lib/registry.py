@@ -36,6 +36,8 @@ BASELINES_ARTIFACT = "baselines/fitted_baselines.pkl"
 # The tag of a model version holding the SHA-256 digest of its stored files (the checkpoint, the
 # model's code and its metadata), recorded by training when it registered the version.
 DIGEST_TAG = "flywheel.artifact_sha256"
+# The tag of a promoted version naming the champion it replaced ("" for the first).
+PREVIOUS_TAG = "flywheel.previous_champion"
 
 
 class NoChampionError(LookupError):
@@ -134,7 +136,7 @@ def record_decision(
         "flywheel.decided_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     if promote:
-        tags["flywheel.previous_champion"] = str(previous.version) if previous else ""
+        tags[PREVIOUS_TAG] = str(previous.version) if previous else ""
         client.set_registered_model_alias(name, CHAMPION, str(version))
     for key, value in tags.items():
         client.set_model_version_tag(name, str(version), key, value)
@@ -147,7 +149,7 @@ def rollback(tracker: MlflowTracker, name: str, to_version: int | None = None) -
     if current is None:
         raise NoChampionError(f"{name} has no champion: there is nothing to roll back")
     if to_version is None:
-        previous = current.tags.get("flywheel.previous_champion", "")
+        previous = current.tags.get(PREVIOUS_TAG, "")
         if not previous:
             raise NoChampionError(
                 f"{name} version {current.version} was the first champion: name a version "
@@ -284,7 +286,7 @@ def serving_model(
             return version, load_model(tracker, version), refused
         except ArtifactDigestError as e:
             refused.append(str(e))
-        previous = version.tags.get("flywheel.previous_champion", "")
+        previous = version.tags.get(PREVIOUS_TAG, "")
         version = model_version(tracker, version.name, int(previous)) if previous else None
     raise ArtifactDigestError(
         "; ".join(refused) + ". No champion before it has files that pass their check: "

@@ -6,6 +6,7 @@ import argparse
 from datetime import date
 
 from pipelines.settings import retraining_default
+from sim.driver.budget import FLAGS
 from sim.driver.in_process import POLICIES
 from sim.driver.simulation import RunOptions
 from sim.world.drift import SYNTAX, PlantedDrift, parse_drift
@@ -26,7 +27,7 @@ def whole(minimum: int):
     return parse
 
 
-positive_int, seed_number = whole(1), whole(0)
+positive_int, non_negative_int = whole(1), whole(0)
 
 
 def iso_day(text: str) -> date:
@@ -53,8 +54,15 @@ def policy_names(text: str) -> list[str]:
     return names
 
 
-def _default(name: str) -> str:
-    return f"{name}, {retraining_default(name)}"
+# The retraining budget's flags (sim.driver.budget.FLAGS: a setting of the same meaning each).
+RETRAINING_HELP = {
+    "trials": "tuning trials per retraining",
+    "max_epochs": "epochs per trial",
+    "members": "networks averaged in each challenger",
+    "validation_days": "latest labelled days each retraining holds out to validate on, before "
+    "its test",
+    "test_days": "latest labelled days each retraining holds out to test on",
+}
 
 
 def play_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,21 +75,6 @@ def play_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"days before the first model (default {RunOptions.bootstrap_days})",
     )
     parser.add_argument(
-        "--trials",
-        type=positive_int,
-        help=f"tuning trials per retraining ({_default('FLYWHEEL_TRIALS')})",
-    )
-    parser.add_argument(
-        "--max-epochs",
-        type=positive_int,
-        help=f"epochs per trial ({_default('FLYWHEEL_MAX_EPOCHS')})",
-    )
-    parser.add_argument(
-        "--members",
-        type=positive_int,
-        help=f"networks averaged in each challenger ({_default('FLYWHEEL_MEMBERS')})",
-    )
-    parser.add_argument(
         "--drift",
         type=drift,
         help=f"plant a break from a day on, {SYNTAX}: e.g. celsius@2013-11-01 (weather in "
@@ -90,21 +83,15 @@ def play_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--label-budget",
-        type=seed_number,
+        type=non_negative_int,
         help="examples sent to labeling per partition (default: the task's labels.budget)",
     )
-    parser.add_argument(
-        "--validation-days",
-        type=positive_int,
-        help="latest labelled days each retraining holds out to validate on, before its test "
-        f"({_default('FLYWHEEL_VALIDATION_DAYS')})",
-    )
-    parser.add_argument(
-        "--test-days",
-        type=positive_int,
-        help="latest labelled days each retraining holds out to test on "
-        f"({_default('FLYWHEEL_TEST_DAYS')})",
-    )
+    for setting, attribute in FLAGS.items():
+        parser.add_argument(
+            "--" + attribute.replace("_", "-"),
+            type=positive_int,
+            help=f"{RETRAINING_HELP[attribute]} ({setting}, {retraining_default(setting)})",
+        )
 
 
 # Examples shown under `--help`, each a command a newcomer runs as it is.

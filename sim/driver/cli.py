@@ -22,10 +22,10 @@ from pipelines.settings import (
 from pipelines.task import load_task
 from sim.driver.arguments import (
     iso_day,
+    non_negative_int,
     play_arguments,
     policy_names,
     positive_int,
-    seed_number,
     with_examples,
 )
 from sim.driver.budget import play_options
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--seed",
-        type=seed_number,
+        type=non_negative_int,
         default=0,
         help="what the play draws: the tuning sampler, the networks' initialisations, the label "
         "export's audit and random samples (default 0)",

@@ -56,6 +56,9 @@ def test_a_waiver_needs_a_reason(tmp_path) -> None:
         read_waivers(path)
     path.write_text('[[waiver]]\nid = "GHSA-a"\nreason = "why"\nuntil = 2027-01-31\n')
     assert read_waivers(path) == {"GHSA-a": Waiver("GHSA-a", "why", date(2027, 1, 31))}
+    path.write_text('[[waiver]]\nid = "GHSA-a"\nreason = "why"\nuntil = "2027-01-31"\n')
+    with pytest.raises(ValueError, match="until must be a date"):
+        read_waivers(path)
     assert read_waivers(WAIVERS) == {}  # the project's own: none
 
 
