@@ -4,29 +4,22 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The simulation: the 275 days from April 1. April's first three weeks of labels train the first
-# model, then production runs from April 22 through the summer's delays, September's low late rate
-# and the December drift (docs/benchmarks.md: how long it takes). START, DAYS and BOOTSTRAP_DAYS
-# choose another span; all of 2013, the first model after January: START=2013-01-01 DAYS=365
-# BOOTSTRAP_DAYS=31. RUN_ARGS passes more options (e.g. --trials 8 --drift celsius@2013-12-10).
+# The simulation: the task's own play, the `replay:` section of its YAML (flights: the 275 days
+# from April 1, April's first three weeks labelled before the first model; docs/benchmarks.md:
+# how long it takes). START, DAYS and BOOTSTRAP_DAYS choose another span; all of 2013, the first
+# model after January: START=2013-01-01 DAYS=365 BOOTSTRAP_DAYS=31. RUN_ARGS passes more options
+# (e.g. --trials 8 --drift celsius@2013-12-10).
 # TASK plays another task than the default one (flights), in a state folder of its own
 # (.flywheel-<task>): `make flywheel TASK=movielens` plays the MovieLens ratings month by month
-# from March 1996, its first model after a year, each retraining validating on one month and
-# testing on the next.
+# from March 1996, its first model after a year.
 TASK ?=
 ifneq ($(TASK),)
 export FLYWHEEL_TASK := $(TASK)
 export FLYWHEEL_HOME ?= $(CURDIR)/.flywheel-$(TASK)
 endif
-ifeq ($(TASK),movielens)
-DAYS ?= 248
-START ?= 1996-03-01
-BOOTSTRAP_DAYS ?= 12
-RUN_ARGS ?= --validation-days 1 --test-days 1
-endif
-DAYS ?= 275
-START ?= 2013-04-01
-BOOTSTRAP_DAYS ?= 21
+START ?=
+DAYS ?=
+BOOTSTRAP_DAYS ?=
 RUN_ARGS ?=
 # `make compare`: the flywheel against a weekly retraining, each a simulation of its own once
 # per seed (seeds 0 to COMPARE_SEEDS-1), plays side by side on the cores: from November 9, the
@@ -69,7 +62,7 @@ dbt_project/target/manifest.json: $(VENV)/.installed $(shell find dbt_project -n
 	cd dbt_project && ../$(VENV)/bin/dbt parse --quiet --profiles-dir .
 
 flywheel: setup
-	$(PY) -m sim run --start $(START) --days $(DAYS) --bootstrap-days $(BOOTSTRAP_DAYS) $(RUN_ARGS)
+	$(PY) -m sim run $(if $(START),--start $(START)) $(if $(DAYS),--days $(DAYS)) $(if $(BOOTSTRAP_DAYS),--bootstrap-days $(BOOTSTRAP_DAYS)) $(RUN_ARGS)
 
 compare: setup
 	$(PY) -m sim compare --start $(COMPARE_START) --days $(COMPARE_DAYS) --bootstrap-days $(COMPARE_BOOTSTRAP_DAYS) --policies $(COMPARE_POLICIES) --seeds $(COMPARE_SEEDS) --out $(FLYWHEEL_HOME)/compare $(RUN_ARGS)

@@ -18,6 +18,7 @@ from pipelines.defs.ingestion.assets import build_ingestion_assets
 from pipelines.defs.ingestion.sensors import build_landing_sensor
 from pipelines.defs.monitoring.assets import build_monitoring_assets
 from pipelines.defs.monitoring.triggers import build_monitoring_triggers
+from pipelines.defs.runs.retries import retry_outages
 from pipelines.defs.runs.sensors import build_missed_retry_sensor
 from pipelines.defs.scoring.assets import build_scoring_assets
 from pipelines.defs.training.assets import GPU_TAGS, build_training_assets
@@ -33,6 +34,7 @@ from pipelines.lib.runs import (
     RETRAINING_MAX_RUNTIME_S,
     TASK_TAG,
 )
+from pipelines.lib.wiring import check_wiring
 from pipelines.resources import build_resources, retraining_executor
 from pipelines.settings import current_env, retraining_run_config, sensor_interval_s
 from pipelines.task import load_task, task_name, task_names
@@ -47,6 +49,7 @@ def build_definitions(
     """Build the definitions of `task_name` (default `pipelines.task.task_name()`) for `env`,
     with `resources` in place of the environment's own where given."""
     task = load_task(task_name)
+    check_wiring(task)  # a model, tag or workspace entry missing: each named with its fix
     env = env or current_env()
     interval_s = sensor_interval_s()
     # Several tasks' code locations share one instance: each run says whose it is.
@@ -143,20 +146,24 @@ def build_definitions(
     jobs = [daily_job, dimension_job, label_export_job, label_import_job]
     jobs += [dataset_job, retraining_job]
     return dg.Definitions(
+        # Every step rides out an outage of its services (pipelines/defs/runs/retries.py).
         assets=[
-            *ingestion.values(),
-            daily_dbt,
-            dimension_dbt,
-            training_dbt,
-            label_tasks,
-            labels,
-            *datasets,
-            *training,
-            predictions,
-            feature_drift,
-            model_performance,
-            excess_loss,
-            *evaluation,
+            retry_outages(assets)
+            for assets in (
+                *ingestion.values(),
+                daily_dbt,
+                dimension_dbt,
+                training_dbt,
+                label_tasks,
+                labels,
+                *datasets,
+                *training,
+                predictions,
+                feature_drift,
+                model_performance,
+                excess_loss,
+                *evaluation,
+            )
         ],
         jobs=jobs,
         schedules=[retraining_schedule],

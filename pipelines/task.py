@@ -29,6 +29,8 @@ SECTIONS = (
     "monitoring",
     "promotion",
     "checks",
+    # How the simulator replays the task (its default span and windows): read by `sim` only.
+    "replay",
 )
 
 

@@ -153,10 +153,16 @@ def yaml_reads(path: Path) -> list[int]:
 
 def test_one_module_reads_a_tasks_yaml() -> None:
     """Every reader of YAML in the pipelines reads something else than a task (the instance's
-    settings, a DVC pointer), except the contracts' reader that `pipelines.task` calls."""
+    settings, a DVC pointer, the workspace), except the contracts' reader that `pipelines.task`
+    calls."""
     found = modules()
     readers = {name for name, path in found.items() if yaml_reads(path)}
-    assert readers == {"pipelines.contracts", "pipelines.preflight", "pipelines.lib.datasets"}
+    assert readers == {
+        "pipelines.contracts",
+        "pipelines.preflight",
+        "pipelines.lib.datasets",
+        "pipelines.lib.wiring",
+    }
 
 
 # The simulator's rooms point one way: the driver plays the world and asks the judge; the judge

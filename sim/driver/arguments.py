@@ -60,19 +60,22 @@ RETRAINING_HELP = {
     "max_epochs": "epochs per trial",
     "members": "networks averaged in each challenger",
     "validation_days": "latest labelled days each retraining holds out to validate on, before "
-    "its test",
-    "test_days": "latest labelled days each retraining holds out to test on",
+    "its test; the task's replay.validation_days, else",
+    "test_days": "latest labelled days each retraining holds out to test on; the task's "
+    "replay.test_days, else",
 }
 
 
 def play_arguments(parser: argparse.ArgumentParser) -> None:
     """What `run` and `compare` share: the days, the first model and the retraining budget."""
-    parser.add_argument("--days", type=positive_int, required=True, help="how many days")
+    parser.add_argument(
+        "--days", type=positive_int, help="how many days (default: the task's replay.days)"
+    )
     parser.add_argument(
         "--bootstrap-days",
         type=positive_int,
-        default=RunOptions.bootstrap_days,
-        help=f"days before the first model (default {RunOptions.bootstrap_days})",
+        help="days before the first model (default: the task's replay.bootstrap_days, else "
+        f"{RunOptions.bootstrap_days})",
     )
     parser.add_argument(
         "--drift",

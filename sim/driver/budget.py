@@ -6,6 +6,8 @@ import argparse
 from typing import Any
 
 from pipelines.settings import retraining_settings
+from pipelines.task import load_task
+from sim.driver.play_defaults import fill_budget_defaults, play_defaults
 from sim.driver.simulation import RunOptions, UsageError
 
 FLAGS = {
@@ -43,10 +45,15 @@ def retraining_budget(args: argparse.Namespace) -> dict[str, int]:
 
 
 def play_options(args: argparse.Namespace, **more: Any) -> RunOptions:
-    """The simulation's options from the flags `run` and `compare` share, and `more`. The first
+    """The simulation's options from the flags `run` and `compare` share (those not given: the
+    task's `replay:` section, sim.driver.play_defaults), and `more`. The first
     model, trained at the end of the bootstrap days on the labels back by then (not yet those of
     the last day), holds out its validation and test days and trains on at least one more: a
     shorter bootstrap is refused here rather than failing its first retraining."""
+    try:
+        fill_budget_defaults(args, play_defaults(load_task()))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     budget = retraining_budget(args)
     held_out = budget["FLYWHEEL_VALIDATION_DAYS"] + budget["FLYWHEEL_TEST_DAYS"]
     if args.bootstrap_days < held_out + 2:

@@ -33,6 +33,7 @@ from sim.driver.console import log_path, output_to_log, say
 from sim.driver.daemon import DaemonDriveError
 from sim.driver.executor import RunFailedError
 from sim.driver.in_process import CADENCES, DEFAULT_COMPARED, POLICIES, retrain_on
+from sim.driver.play_defaults import fill_span_defaults, play_defaults
 from sim.driver.simulation import RunOptions, UsageError, days_to_play, run
 from sim.world.annotator_service import AnnotatorServiceError, serve
 from sim.world.annotators import annotators_for
@@ -60,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the simulation: land day by day and run the pipeline as its sensors ask",
         **with_examples("run"),
     )
-    run.add_argument("--start", type=iso_day, help="first day (default: the day after the clock)")
+    run.add_argument(
+        "--start",
+        type=iso_day,
+        help="first day (default: the task's replay.start; with --days, the day after the clock)",
+    )
     play_arguments(run)
     run.add_argument(
         "--policy",
@@ -294,6 +299,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             # The sensors a policy turns on request retrainings, whatever the task says.
             if (triggers := retrain_on(args.policy)) is not None:
                 os.environ[RETRAIN_ON.name] = triggers
+            task = load_task()
+            try:
+                defaults = play_defaults(task)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+            fill_span_defaults(args, defaults, task, read_clock(flywheel_home()))
             options = play_options(
                 args,
                 report_dir=args.report_dir,

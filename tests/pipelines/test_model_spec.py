@@ -115,6 +115,8 @@ def test_the_assets_read_their_tables_from_the_section(tmp_path, monkeypatch) ->
         predictions_table="order_predictions",
     )
     monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path / "home"))
+    # The tables are names only here: no dbt model builds them (the wiring check would say so).
+    monkeypatch.setattr("pipelines.definitions.check_wiring", lambda task: None)
     defs = build_definitions(env="local", task_name=str(path))
     graph = defs.resolve_asset_graph()
     keys = {k.path[-1] for k in graph.get_all_asset_keys()}
