@@ -202,8 +202,16 @@ class DvcDatasetStore(dg.ConfigurableResource):
                 with Repo(scratch) as repo:
                     repo.pull(targets=[str(pointer)], remote=self.remote_name)
             except DvcException as e:
+                damaged = "".join(f"\n  {d}" for d in damaged_objects(scratch, dvc_hash))
                 raise DvcCommandError(
                     f"dataset {dvc_hash} could not be fetched from {self.remote_url}: {e}"
+                    + (
+                        f"\nThe remote's copies that do not match their hash:{damaged}\nRestore "
+                        "them from a backup of the bucket, or copy each from a DVC cache that "
+                        "holds the version (its files/md5/ path is the same)."
+                        if damaged
+                        else ""
+                    )
                 ) from e
             try:
                 (Path(scratch) / "dataset").rename(target)
@@ -234,6 +242,31 @@ class DvcDatasetStore(dg.ConfigurableResource):
                 continue
             with contextlib.suppress(FileNotFoundError):  # another process dropped it first
                 shutil.rmtree(old)
+
+
+def damaged_objects(scratch: str | Path, dvc_hash: str) -> list[str]:
+    """What is wrong with the remote's objects of dataset `dvc_hash`, as seen from a scratch
+    repository configured with the remote: each object missing, or whose content does not
+    hash to its name (a corrupt object in the store), named by its path and file. Empty when
+    each is whole, or when the remote cannot be read at all (the fetch's own error says why)."""
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(scratch)) as repo:
+            odb = repo.cloud.get_remote_odb()
+            listing_path = odb.oid_to_path(dvc_hash)
+            if not odb.fs.exists(listing_path):
+                return [f"{listing_path}: missing (the version's list of files)"]
+            damaged = []
+            for entry in json.loads(odb.fs.cat_file(listing_path)):
+                path = odb.oid_to_path(entry["md5"])
+                if not odb.fs.exists(path):
+                    damaged.append(f"{path} ({entry['relpath']}): missing")
+                elif (found := hashlib.md5(odb.fs.cat_file(path)).hexdigest()) != entry["md5"]:
+                    damaged.append(f"{path} ({entry['relpath']}): its content hashes to {found}")
+            return damaged
+    except Exception:  # a diagnosis only: the fetch's own error is raised
+        return []
 
 
 def directory_hash(folder: Path) -> str:

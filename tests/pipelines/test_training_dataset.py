@@ -216,6 +216,47 @@ def test_a_run_with_no_working_copy_saves_a_version_another_fetches(s3_env, tmp_
     assert sha256(folder / "train.parquet") == sha256(version.files["train"])
 
 
+def test_a_corrupt_object_in_the_store_is_refused_named_and_served_once_restored(
+    dvc_repo, s3_env, tmp_path
+):
+    """The fault: a dataset file's object in the bucket changes (a flipped byte). A fetch
+    refuses it, names the object and its file, and leaves nothing a training could read; once
+    the object is restored, the fetch gets the exact files."""
+    import boto3
+
+    remote = f"s3://{s3_env.bucket}/dvc"
+    frame = pd.DataFrame({"flight_id": ["a", "b"], "is_late": [True, False]})
+    store = DvcDatasetStore(
+        repo_dir=str(dvc_repo / "data"), remote_url=remote, endpoint_url=s3_env.endpoint_url
+    )
+    version = store.save("flights", {"train": frame})
+    expected = sha256(version.files["train"])
+    s3 = boto3.client("s3", endpoint_url=s3_env.endpoint_url)
+    (key,) = [
+        o["Key"]
+        for o in s3.list_objects_v2(Bucket=s3_env.bucket)["Contents"]
+        if not o["Key"].endswith(".dir")
+    ]
+    good = s3.get_object(Bucket=s3_env.bucket, Key=key)["Body"].read()
+    body = bytearray(good)
+    body[len(body) // 2] ^= 0x01
+    s3.put_object(Bucket=s3_env.bucket, Key=key, Body=bytes(body))
+
+    fetcher = DvcDatasetStore(
+        repo_dir=str(tmp_path / "none"),
+        remote_url=remote,
+        endpoint_url=s3_env.endpoint_url,
+        cache_dir=str(tmp_path / "cache"),
+    )
+    with pytest.raises(DvcCommandError, match="do not match their hash") as refused:
+        fetcher.fetch(version.dvc_hash)
+    assert f"{s3_env.bucket}/{key} (train.parquet): its content hashes to" in str(refused.value)
+    assert list((tmp_path / "cache").iterdir()) == []
+
+    s3.put_object(Bucket=s3_env.bucket, Key=key, Body=good)  # restored from a backup
+    assert sha256(fetcher.fetch(version.dvc_hash) / "train.parquet") == expected
+
+
 def test_a_hash_missing_from_the_remote_is_a_clear_error(s3_env, tmp_path):
     fetcher = DvcDatasetStore(
         repo_dir=str(tmp_path / "none"),
