@@ -29,17 +29,18 @@ def redact(url: str) -> str:
 
 def reason(error: BaseException) -> str:
     """Why a connection failed, in a few words: the innermost OS error ('connection refused')."""
-    causes = [
+    oserrors = [
         e
-        for e in _chain(error)
+        for e in causes(error)
         if isinstance(e, OSError) and (e.strerror or isinstance(e, TimeoutError))
     ]
-    if not causes:
+    if not oserrors:
         return str(error).splitlines()[0] if str(error) else type(error).__name__
-    return (causes[-1].strerror or "timed out").lower()
+    return (oserrors[-1].strerror or "timed out").lower()
 
 
-def _chain(error: BaseException) -> list[BaseException]:
+def causes(error: BaseException) -> list[BaseException]:
+    """`error` and what caused it, outermost first: each one's cause, else its context."""
     chain: list[BaseException] = []
     current: BaseException | None = error
     while current is not None and not any(current is seen for seen in chain):

@@ -1,1 +1,1 @@
-"""Sensors that look after the runs themselves rather than the data."""
+"""Sensors and step retries that look after the runs themselves rather than the data."""
