@@ -111,14 +111,28 @@ def binary_metrics(
     }
 
 
-def multiclass_auroc(y_index: ArrayLike, probs: ArrayLike) -> float:
-    """Macro one-vs-rest AUROC: the mean over classes of the AUROC of column k for "class k
-    or not"; a class absent from ``y_index`` (or the only one present) has none and is skipped."""
+def class_aurocs(y_index: ArrayLike, probs: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Per class k, the one-vs-rest AUROC of column k for "class k or not" and how many rows
+    are of class k; the AUROC is NaN for a class absent from ``y_index`` or the only one present."""
     y, p = _checked(y_index, probs)
-    scores = [auroc(y == k, p[:, k]) for k in range(p.shape[1]) if 0 < (y == k).sum() < y.size]
-    if not scores:
-        raise ValueError("multiclass_auroc needs at least two classes in y_index")
-    return float(np.mean(scores))
+    counts = np.bincount(y, minlength=p.shape[1])
+    scores = np.array(
+        [auroc(y == k, p[:, k]) if 0 < n < y.size else np.nan for k, n in enumerate(counts)]
+    )
+    return scores, counts
+
+
+def multiclass_auroc(y_index: ArrayLike, probs: ArrayLike, min_count: int = 1) -> float:
+    """Macro one-vs-rest AUROC: the mean over classes of the AUROC of column k for "class k
+    or not"; a class with fewer than ``min_count`` rows (by default: absent from ``y_index``),
+    or the only one present, has none and is skipped."""
+    scores, counts = class_aurocs(y_index, probs)
+    kept = scores[~np.isnan(scores) & (counts >= min_count)]
+    if not kept.size:
+        raise ValueError(
+            f"multiclass_auroc needs at least two classes in y_index, one with {min_count}+ rows"
+        )
+    return float(np.mean(kept))
 
 
 def multiclass_logloss(

@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 
 from ml.labels import class_indices
-from ml.metrics import auroc, logloss, multiclass_auroc, multiclass_metrics
+from ml.metrics import auroc, logloss, multiclass_logloss
 from pipelines.model_spec import ModelSpec
 from pipelines.task import Task, load_task
+from sim.judge.per_class import class_report, macro_auc
 from sim.world.sources import outcomes_of
 
 
@@ -70,13 +71,13 @@ class Judged:
         return len(y) > 0 and len(pd.unique(y)) > 1
 
     def metrics(self, y: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
-        """Production AUC (macro one-vs-rest for several classes) and log loss of `probs` on
-        outcomes `y` (the label's values); the AUC is NaN with one outcome only."""
+        """Production AUC (for several classes the macro one-vs-rest AUC of
+        sim.judge.per_class) and log loss of `probs` on outcomes `y` (the label's values); the
+        AUC is NaN with one outcome only."""
         if self.classes is None:
             labels = np.asarray(y, dtype=np.float64)
             return self.auc(y, probs), logloss(labels, probs)
-        figures = multiclass_metrics(class_indices(pd.Series(y), self.classes, "label"), probs)
-        return (figures["auroc"] if self.judgeable(np.asarray(y)) else math.nan), figures["logloss"]
+        return self.auc(y, probs), multiclass_logloss(self.class_indices(y), probs)
 
     def auc(self, y: np.ndarray, probs: np.ndarray) -> float:
         """The production AUC alone (what the alarms are judged by)."""
@@ -84,4 +85,21 @@ class Judged:
             return math.nan
         if self.classes is None:
             return auroc(np.asarray(y, dtype=np.float64), probs)
-        return multiclass_auroc(class_indices(pd.Series(y), self.classes, "label"), probs)
+        return macro_auc(self.class_indices(y), probs)
+
+    def class_indices(self, y: np.ndarray) -> np.ndarray:
+        """The index in `classes` of each outcome in `y`."""
+        return class_indices(pd.Series(y), self.classes, "label")
+
+    def class_report(
+        self, examples: pd.DataFrame, static: np.ndarray
+    ) -> tuple[str, pd.DataFrame] | None:
+        """For several classes, the report's section on them and each period's figures of the
+        flywheel and the `static` model on the production `examples` (sim.judge.per_class);
+        None for a binary label or no example."""
+        if self.classes is None or examples.empty:
+            return None
+        scores = {"flywheel": self.flywheel_probabilities(examples), "static": static}
+        y = self.class_indices(examples[self.spec.label])
+        periods = self.period(examples[self.spec.time_column])
+        return class_report(y, scores, periods, self.classes, self.period_name)

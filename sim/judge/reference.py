@@ -12,7 +12,8 @@ example, the columns the model reads:
 
 Each is scored as the report scores the flywheel (`production_auc`): the AUC of a binary label,
 the macro one-vs-rest AUC of `FeatureConfig.classes` for several, over the classes the period's
-outcomes hold; a period whose outcomes hold one value only has none.
+outcomes hold often enough (sim.judge.per_class); a period whose outcomes hold one value only has
+none.
 
 Only the simulator knows every outcome, so both live here and not in the pipeline.
 """
@@ -29,8 +30,9 @@ import pandas as pd
 
 from ml.config import FeatureConfig
 from ml.labels import class_indices
-from ml.metrics import auroc, multiclass_auroc
+from ml.metrics import auroc
 from pipelines.cadence import Cadence, next_start
+from sim.judge.per_class import macro_auc
 
 # HistGradientBoosting's native categorical support needs codes below its bin count; a larger
 # vocabulary enters as ordinal codes (as in ml.baselines).
@@ -48,11 +50,12 @@ def period_end(start: date, cadence: Cadence) -> date:
 
 def production_auc(y: np.ndarray, probs: np.ndarray, classes: Sequence | None) -> float:
     """The report's production AUC of `probs` on outcomes `y` (0/1, or indices of `classes`):
-    the AUC of a binary label, else the macro one-vs-rest AUC over the classes `y` holds; NaN
-    when `y` holds one value only, as the report's flywheel column."""
+    the AUC of a binary label, else the macro one-vs-rest AUC over the classes `y` holds often
+    enough (sim.judge.per_class); NaN when `y` holds one value only, as the report's flywheel
+    column."""
     if len(y) == 0 or y.min() == y.max():
         return float("nan")
-    return auroc(y, probs) if classes is None else multiclass_auroc(y, probs)
+    return auroc(y, probs) if classes is None else macro_auc(y, probs)
 
 
 def reference_sample(

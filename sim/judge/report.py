@@ -3,7 +3,8 @@
 Every figure comes from the run: predictions and labels from the warehouse, retrainings and
 decisions from the Dagster instance, versions from the registry and DVC. Only the simulator
 knows every example's outcome, so production AUC is computed here, on all scored examples (for a
-label of several classes, the macro one-vs-rest AUC and the multi-class log loss).
+label of several classes, the macro one-vs-rest AUC, the multi-class log loss and the figures of
+each class: sim.judge.per_class).
 """
 
 from __future__ import annotations
@@ -291,8 +292,9 @@ def write_report(
     fitted: Fitted | None = None,
 ) -> Report:
     """Compute the report's tables and write `flywheel_report.md`, `weekly_auc.png` and the
-    tables as CSV (`weekly.csv`, `retrainings.csv`, `labels.csv`); each retraining is judged on
-    the `horizon`'s partitions after it (default: the task's cadence's, see sim.judge.alarms).
+    tables as CSV (`weekly.csv`, `retrainings.csv`, `labels.csv`, and for several classes
+    `classes.csv`); each retraining is judged on the `horizon`'s partitions after it (default:
+    the task's cadence's, see sim.judge.alarms).
     Without `baselines`, the same-budget reference and the ceiling are not trained (their
     columns stay empty); `fitted` holds those of their fits already made (see
     `BaselinesInBackground`)."""
@@ -363,12 +365,14 @@ def write_report(
         if len(weekly)
         else f"No production {judged.period_name} was scored."
     )
+    classes = judged.class_report(examples, static_probs)  # None for a binary label
     text = "\n\n".join(
         [
             "# Flywheel report",
             "\n".join(header),
             f"## Production AUC by {judged.period_name}\n\n{summary}\n\n"
             f"![AUC by {judged.period_name}]({plot.name})\n\n" + _table(weekly),
+            *([classes[0]] if classes else []),
             "## Retrainings\n\n`gain`: the challenger's production AUC minus the champion's "
             f"(`champion`) on every example of the {horizon.partitions} {horizon.unit} after the "
             "event day.\n\n"
@@ -386,6 +390,8 @@ def write_report(
     markdown.write_text(text + "\n")
     for name, frame in (("weekly", weekly), ("retrainings", runs), ("labels", labels)):
         frame.to_csv(out_dir / f"{name}.csv", index=False)
+    if classes:
+        classes[1].to_csv(out_dir / "classes.csv", index=False)
     # Apart from the tables a report compares cell by cell (bench.same_report): the seconds of
     # machine the models took (a policy comparison's compute), the days a check failed on.
     trainings(instance, task_name).to_csv(out_dir / "trainings.csv", index=False)

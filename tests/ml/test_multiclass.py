@@ -22,8 +22,10 @@ from ml.evaluation import _macro_weighted_auroc, evaluate_models, paired_bootstr
 from ml.inference import load_predictor
 from ml.labels import class_indices, output_frame, probabilities_from_output, score_of
 from ml.metrics import (
+    auroc,
     binary_metrics,
     brier,
+    class_aurocs,
     class_calibration,
     expected_calibration_error,
     logloss,
@@ -117,6 +119,18 @@ def test_multiclass_metrics_by_hand() -> None:
         multiclass_auroc(np.array([1, 1, 1, 1]), P)
     with pytest.raises(ValueError, match=r"0\.\.2"):
         multiclass_metrics(np.array([0, 1, 2, 3]), P)
+
+
+def test_each_class_auroc_and_a_minimum_count_by_hand() -> None:
+    scores, counts = class_aurocs(np.array([0, 0, 1, 1]), P)
+    assert counts.tolist() == [2, 2, 0]
+    assert scores[:2] == pytest.approx([0.75, 0.5]) and np.isnan(scores[2])
+    # Class 1 seen once: with a minimum of two rows the macro is class 0's AUROC alone.
+    y = np.array([0, 0, 0, 1])
+    assert multiclass_auroc(y, P, min_count=2) == pytest.approx(auroc(y == 0, P[:, 0]))
+    assert multiclass_auroc(y, P) == pytest.approx(np.mean(class_aurocs(y, P)[0][:2]))
+    with pytest.raises(ValueError, match="4\\+ rows"):
+        multiclass_auroc(y, P, min_count=4)
 
 
 def test_multiclass_metrics_agree_with_sklearn_and_with_two_classes() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -9,7 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 import optuna
+import pandas as pd
 import pytest
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from optuna.distributions import FloatDistribution
@@ -122,6 +125,7 @@ def test_challenger_is_tuned_tracked_and_registered(
     assert meta["dataset_dvc_hash"] == dvc_hash
     assert meta["trials_complete"] + meta["trials_pruned"] == 2
     assert meta["tuning_compute_seconds"] > 0
+    assert meta["time_tracking_features"] == []  # the rows' one day: no partitions to rank
     assert materialization.tags["dagster/data_version"] == f"{MODEL}/1"
     assert materialization.tags["dagster/input_data_version/flights/training_dataset"] == dvc_hash
 
@@ -174,6 +178,37 @@ def test_the_step_tunes_with_worker_processes_on_an_rdb_study(
     runs = tracker.client().search_runs([tracker.experiment_id()])
     numbers = [r.data.tags.get("optuna.trial_number") for r in runs]
     assert sorted(n for n in numbers if n is not None) == ["0", "1", "2"] and len(runs) == 4
+
+
+def test_a_feature_that_tracks_time_is_warned_of_and_the_training_goes_on(
+    instance: dg.DagsterInstance, tracker: MlflowTracker, store: DvcDatasetStore, tmp_path: Path
+) -> None:
+    # 20 rows a day over 150 days, the distance planted as the rows seen before the day.
+    splits, before = {}, 0
+    for seed, (split, days) in enumerate((("train", 75), ("validation", 50), ("test", 25)), 1):
+        table = make_table(20 * days, seed=seed)
+        day = np.repeat(np.arange(before, before + days), 20)
+        table["row_date"] = (pd.Timestamp("2013-01-01") + pd.to_timedelta(day, unit="D")).date
+        table["distance"] = 20.0 * day
+        splits[split], before = table, before + days
+    version = store.save("flights", splits)
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            asset_key=["flights", "training_dataset"],
+            metadata={"path": str(version.path), "dvc_hash": version.dvc_hash},
+        )
+    )
+
+    result = materialize(instance, tracker, tmp_path, store, n_trials=1, max_epochs=1)
+
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    [flagged] = event.materialization.metadata["time_tracking_features"].value
+    assert flagged["feature"] == "distance" and flagged["partitions"] == 125
+    warnings = [
+        e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.WARNING
+    ]
+    assert any(m.startswith("distance rises with time over 125 partitions") for m in warnings)
 
 
 def test_fails_clearly_without_a_dataset(

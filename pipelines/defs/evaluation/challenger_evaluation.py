@@ -5,7 +5,7 @@ warehouse."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,6 +26,7 @@ from pipelines.thresholds import PromotionSpec
 if TYPE_CHECKING:
     from ml.config import FeatureConfig
     from ml.evaluation import Evaluation
+    from ml.time_tracking import TimeTrend
     from pipelines.defs.training.assets import TrainingDataset
 
 # Evaluation uses the uniformly sampled labels when there are this many.
@@ -43,6 +44,8 @@ class ChallengerEvaluation:
     profile: dict
     sample: str
     plots: dict[str, bytes]
+    # The numeric features that track time over the partitions the challenger was fit on.
+    time_tracking: list[TimeTrend] = field(default_factory=list)
 
 
 def _scores(
@@ -111,6 +114,7 @@ def evaluate_challenger(
     fitted here only for a challenger whose run kept none."""
     from ml.evaluation import evaluate_models
     from ml.plots import evaluation_plots
+    from ml.time_tracking import time_tracking_features
 
     frames = {s: pd.read_parquet(dataset.split(s)) for s in ("train", "validation", "test")}
     test, sample = unbiased_sample(frames["test"])
@@ -142,6 +146,11 @@ def evaluate_challenger(
         profile=training_profile(tracker, warehouse, spec, frames, challenger),
         sample=sample,
         plots=evaluation_plots(labels, predictions, evaluation, classes=spec.features.classes),
+        time_tracking=time_tracking_features(
+            pd.concat([frames["train"], frames["validation"]]),
+            spec.features.numeric,
+            spec.time_column,
+        ),
     )
 
 

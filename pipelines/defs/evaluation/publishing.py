@@ -36,7 +36,8 @@ def _image(title: str, png: bytes) -> str:
 
 
 def evaluation_metadata(result: ChallengerEvaluation, promotion: PromotionSpec) -> dict:
-    """Dagster metadata: tables of overall and slice figures, the intervals, the plots."""
+    """Dagster metadata: tables of overall and slice figures, the intervals, the plots, and the
+    features that track time over the challenger's training partitions (ml.time_tracking)."""
     overall = overall_by_model(result.evaluation).reset_index()
     comparison = [
         f"- {metric}: challenger - champion = {i.estimate:+.4f} "
@@ -56,4 +57,7 @@ def evaluation_metadata(result: ChallengerEvaluation, promotion: PromotionSpec) 
         "plots": dg.MetadataValue.md("\n\n".join(images)),
         "test/auroc": float(overall.set_index("model").loc["challenger", "auroc"]),
         "gate_metric": promotion.gate.metric,
+        "time_tracking_features": dg.MetadataValue.json(
+            [trend.as_dict() for trend in result.time_tracking]
+        ),
     }

@@ -24,6 +24,7 @@ from pipelines.settings import retraining_default
 # that loads the code location.
 if TYPE_CHECKING:
     from ml.challenger import Challenger
+    from ml.time_tracking import TimeTrend
 
 GROUP = "training"
 TRAINING_POOL = "training"
@@ -92,6 +93,35 @@ def latest_dataset(
         raise dg.Failure(f"{key.to_user_string()} metadata lacks 'dvc_hash'")
     dvc_hash = str(metadata["dvc_hash"].value)
     return TrainingDataset(store.fetch(dvc_hash), dvc_hash)
+
+
+def time_tracking(dataset: TrainingDataset, features: FeatureConfig) -> list["TimeTrend"]:
+    """The numeric features that track time over the partitions the challenger is fit on (train
+    and validation; ml.time_tracking). The partitions are the last of the `id_columns`: a task's
+    model spec lists the example's id, then its time column."""
+    from ml.time_tracking import time_tracking_features
+
+    if not features.id_columns:
+        return []
+    time = features.id_columns[-1]
+    columns = [*features.numeric, time]
+    frame = pd.concat(
+        [
+            pd.read_parquet(dataset.split(split), columns=columns)
+            for split in ("train", "validation")
+        ]
+    )
+    return time_tracking_features(frame, features.numeric, time)
+
+
+def warn_time_tracking(log: dg.DagsterLogManager, flagged: list["TimeTrend"]) -> None:
+    """A warning in the run's log for each feature that tracks time: not a refusal."""
+    for trend in flagged:
+        log.warning(
+            f"{trend.describe()}: it stands in for the date, so production will bring values "
+            "past those the model learned (drift on every day, a decaying model); a running "
+            "count is better kept over a trailing window"
+        )
 
 
 def ml_configs(
@@ -179,6 +209,8 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
         from ml.challenger import fit_challenger
 
         dataset = latest_dataset(context.instance, dataset_store, task_name)
+        flagged = time_tracking(dataset, features)
+        warn_time_tracking(context.log, flagged)
         # One study per dataset version: a retried run resumes it, a larger n_trials extends it.
         study = f"{task_name}-{dataset.dvc_hash[:12]}"
         tune_config, train_config = ml_configs(config, study, tuning_storage)
@@ -227,6 +259,7 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
                 **metadata,
                 "dataset_dvc_hash": dataset.dvc_hash,
                 "model_cache": cache,
+                "time_tracking_features": dg.MetadataValue.json([t.as_dict() for t in flagged]),
                 # What training the challenger took, in the run that trained it.
                 "training_seconds": round(trained.seconds, 3),
             },
