@@ -101,7 +101,7 @@ def play_arguments(parser: argparse.ArgumentParser) -> None:
 EXAMPLES = {
     "flywheel-sim": """examples:
   flywheel-sim run --start 2013-04-01 --days 275 --bootstrap-days 21   # what `make flywheel` plays
-  flywheel-sim run --days 7                        # a week more, from the day after the clock
+  flywheel-sim run --days 7                        # the first week of the task's play
   flywheel-sim compare --start 2013-11-25 --days 21 --policies every-7d,flywheel --seeds 3
   flywheel-sim status                              # the clock and the landing zone
   FLYWHEEL_TASK=movielens flywheel-sim run --start 1999-01-01 --days 72 --bootstrap-days 12
@@ -114,6 +114,12 @@ EXAMPLES = {
   FLYWHEEL_HOME=.flywheel-b flywheel-sim run --start 2013-09-01 --days 60   # another state folder
 
 A killed run resumes after the last day it finished: run the same command again.""",
+    "new-task": """examples:
+  flywheel-sim new-task emails --from data/samples/emails.csv --time time --label spam
+  flywheel-sim new-task visits --from visits.parquet --time visited_at --label returned \\
+      --positive yes --cadence weekly --budget 200
+
+Then play it: make flywheel TASK=<name>. The task's YAML and models are yours to edit.""",
     "compare": """examples:
   flywheel-sim compare --start 2013-11-25 --days 21 --policies every-7d,flywheel --seeds 3
   flywheel-sim compare --start 2013-10-15 --days 45 --bootstrap-days 16 \\

@@ -16,6 +16,7 @@ from pipelines.resources import label_exchange, landing_zone
 from pipelines.settings import (
     ENVIRONMENTS,
     LABEL_STUDIO_URL,
+    REPO_ROOT,
     RETRAIN_ON,
     flywheel_home,
 )
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--start",
         type=iso_day,
-        help="first day (default: the task's replay.start; with --days, the day after the clock)",
+        help="first day (default: the task's replay.start, else the day after the clock)",
     )
     play_arguments(run)
     run.add_argument(
@@ -162,6 +163,26 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--report-only", action="store_true", help="judge --out's finished plays again, no replay"
     )
+    new = commands.add_parser(
+        "new-task",
+        help="a task from a sample file: its YAML, dbt models, tag block and workspace entry",
+        **with_examples("new-task"),
+    )
+    new.add_argument("name", help="the task's name: lower-case letters and _ (e.g. emails)")
+    new.add_argument("--from", dest="file", type=Path, required=True, help="a CSV or Parquet file")
+    new.add_argument("--time", required=True, help="the column that dates each row (UTC)")
+    new.add_argument("--label", required=True, help="the outcome column, held back for labels")
+    new.add_argument("--id", help="a column unique per row and day (default: the row's number)")
+    new.add_argument("--positive", help="a binary label's value that is true (default: the rarer)")
+    new.add_argument(
+        "--cadence", choices=("daily", "weekly", "monthly"), default="daily", help="default: daily"
+    )
+    new.add_argument(
+        "--budget",
+        default="30%",
+        help="examples labelled per partition, a count or a share (default: 30%%)",
+    )
+    new.add_argument("--force", action="store_true", help="rewrite a task that exists")
     studio = commands.add_parser(
         "label-studio",
         help="a local Label Studio under $FLYWHEEL_HOME/label-studio: install, start, stop, env",
@@ -282,6 +303,20 @@ def use_label_studio(daemon: bool) -> None:
         raise UsageError(str(e)) from None
 
 
+def new_task(args: argparse.Namespace) -> int:
+    """`flywheel-sim new-task`: write the task's files, parse the dbt project, check the wiring."""
+    from sim.driver.new_task import NewTask, parse_and_check, write
+
+    fields = ("name", "file", "time", "label", "id", "positive", "cadence", "budget", "force")
+    request = NewTask(**{f: getattr(args, f) for f in fields})
+    for path in write(request, REPO_ROOT):
+        say(f"wrote {path.relative_to(REPO_ROOT)}")
+    say("parsing the dbt project and checking the task's wiring")
+    parse_and_check(request.name, REPO_ROOT)
+    say(f"task {request.name} is wired: play it with `make flywheel TASK={request.name}`")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; argparse exits with status 2 on a bad command line."""
     parser = build_parser()
@@ -289,6 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "advance":
             return advance(args.days, args.start, args.env)
+        if args.command == "new-task":
+            return new_task(args)
         if args.command == "label-studio":
             return label_studio(args.action, args.port)
         if args.command == "run":
@@ -304,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 defaults = play_defaults(task)
             except ValueError as e:
                 raise UsageError(str(e)) from None
-            fill_span_defaults(args, defaults, task, read_clock(flywheel_home()))
+            fill_span_defaults(args, defaults, task)
             options = play_options(
                 args,
                 report_dir=args.report_dir,

@@ -6,6 +6,7 @@
       bootstrap_days: 21     # partitions labelled before the first model
       validation_days: 7     # held out by each retraining of the play (else the settings')
       test_days: 7
+      source: {...}          # the file replayed, where no module plays the task (file_source)
 
 `make flywheel TASK=<task>` plays exactly this: the Makefile passes only what its caller set
 (START, DAYS, BOOTSTRAP_DAYS), and each flag given replaces its default here. The pipeline never
@@ -42,11 +43,13 @@ def play_defaults(task: TaskSpec) -> PlayDefaults:
     where = f"{task.path}: replay"
     if not isinstance(section, dict):
         raise ValueError(f"{where}: expected a mapping of {[f.name for f in fields(PlayDefaults)]}")
-    known = [f.name for f in fields(PlayDefaults)]
+    known = [f.name for f in fields(PlayDefaults)] + ["source"]
     if unknown := sorted(set(section) - set(known)):
         raise ValueError(f"{where}: unknown keys {unknown}; known: {known}")
     values = {}
     for key, value in section.items():
+        if key == "source":
+            continue  # the file replayed: sim.world.file_source
         if key == "start":
             values[key] = _start(task, value, f"{where}.start")
         elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -79,13 +82,12 @@ def fill_budget_defaults(args: argparse.Namespace, defaults: PlayDefaults) -> No
             setattr(args, name, getattr(defaults, name))
 
 
-def fill_span_defaults(
-    args: argparse.Namespace, defaults: PlayDefaults, task: TaskSpec, clock: date | None
-) -> None:
-    """`run`'s span: without --days, the task's whole play (from --start, else its start); with
-    --days and no --start, the days after the clock, or from the task's start on a fresh state
-    folder. A task that declares no days needs --days, said with where to declare them."""
-    if args.start is None and (args.days is None or clock is None):
+def fill_span_defaults(args: argparse.Namespace, defaults: PlayDefaults, task: TaskSpec) -> None:
+    """`run`'s span: from --start, else the task's replay.start (else the day after the clock,
+    sim.driver.simulation.days_to_play); --days, else the task's replay.days. A fixed start
+    makes the same command, run again after a kill, finish the same span. A task that declares
+    no days needs --days, said with where to declare them."""
+    if args.start is None:
         args.start = defaults.start
     if args.days is None:
         args.days = defaults.days

@@ -1,7 +1,9 @@
 """The outside world's data behind each task: which real dataset a task's replay plays back.
 
 Every source cuts its per-partition tables by the day a partition starts on (`day`) and serves
-its dimension tables whole (`table`), with the contract's columns as text.
+its dimension tables whole (`table`), with the contract's columns as text. A task with a module
+of its own here (flights, movielens) plays it; any other plays the file its YAML declares
+(`replay.source`, sim.world.file_source).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Protocol
 import pandas as pd
 
 from pipelines.settings import flywheel_home
-from sim.world import movielens, nycflights
+from sim.world import file_source, movielens, nycflights
 from sim.world.drift import PlantedDrift, planted
 
 
@@ -56,9 +58,12 @@ def held_back(
     """The outcome of each example of the task named `task_name` in a world with break `drift`
     (None: the source's own)."""
     outcome = OUTCOMES.get(task_name)
+    if outcome is None and _declares_file(task_name):
+        outcome = file_source.load(task_name).outcome
     if outcome is None:
         raise KeyError(
-            f"the simulator has no outcomes for task {task_name!r}; known: {list(OUTCOMES)}"
+            f"the simulator has no outcomes for task {task_name!r}: declare the file it replays "
+            f"(replay.source in its YAML; known modules: {list(OUTCOMES)})"
         )
     if drift is None:
         return [outcome(i) for i in example_ids]
@@ -68,8 +73,18 @@ def held_back(
 def source_of(task_name: str) -> Source:
     """The loaded source of the task named `task_name` (read once per process)."""
     loader = LOADERS.get(task_name)
+    if loader is None and _declares_file(task_name):
+        return file_source.load(task_name)
     if loader is None:
         raise KeyError(
-            f"the simulator has no source for task {task_name!r}; known: {list(LOADERS)}"
+            f"the simulator has no source for task {task_name!r}: declare the file it replays "
+            f"(replay.source in its YAML; known modules: {list(LOADERS)})"
         )
     return loader()
+
+
+def _declares_file(task_name: str) -> bool:
+    try:
+        return file_source.file_spec(file_source.task_named(task_name)) is not None
+    except FileNotFoundError:  # no task file of that name
+        return False

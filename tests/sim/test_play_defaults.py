@@ -62,25 +62,25 @@ def test_without_flags_a_play_is_the_tasks_span_and_flags_replace_it() -> None:
     task = load_task("movielens")
     defaults = play_defaults(task)
     args = flags()
-    fill_span_defaults(args, defaults, task, clock=date(1997, 5, 1))
+    fill_span_defaults(args, defaults, task)
     fill_budget_defaults(args, defaults)
     assert (args.start, args.days, args.bootstrap_days) == (date(1996, 3, 1), 248, 12)
     assert (args.validation_days, args.test_days) == (1, 1)
     args = flags(start=date(1999, 1, 1), bootstrap_days=5, test_days=2)
-    fill_span_defaults(args, defaults, task, clock=None)
+    fill_span_defaults(args, defaults, task)
     fill_budget_defaults(args, defaults)
     assert (args.start, args.days, args.bootstrap_days) == (date(1999, 1, 1), 248, 5)
     assert (args.validation_days, args.test_days) == (1, 2)
 
 
-def test_days_alone_play_on_after_the_clock_or_from_the_tasks_start_when_fresh() -> None:
+def test_days_alone_play_from_the_tasks_start_so_the_same_command_resumes_its_span() -> None:
     task = load_task("flights")
-    defaults = play_defaults(task)
-    fresh, later = flags(days=3), flags(days=3)
-    fill_span_defaults(fresh, defaults, task, clock=None)
-    fill_span_defaults(later, defaults, task, clock=date(2013, 6, 1))
-    assert (fresh.start, fresh.days) == (date(2013, 4, 1), 3)
-    assert (later.start, later.days) == (None, 3)  # the simulation starts after the clock
+    args = flags(days=3)
+    fill_span_defaults(args, play_defaults(task), task)
+    assert (args.start, args.days) == (date(2013, 4, 1), 3)
+    bare = flags(days=3)  # a task without replay.start: the day after the clock, as before
+    fill_span_defaults(bare, PlayDefaults(), task)
+    assert (bare.start, bare.days) == (None, 3)
 
 
 def test_a_task_with_no_play_declared_needs_days_and_says_where_to_declare_them(
@@ -90,7 +90,7 @@ def test_a_task_with_no_play_declared_needs_days_and_says_where_to_declare_them(
     monkeypatch.setenv("FLYWHEEL_TASK", task_with_replay(tmp_path, None))
     task = load_task()
     with pytest.raises(UsageError, match=r"declares no replay\.days") as refused:
-        fill_span_defaults(flags(), play_defaults(task), task, clock=None)
+        fill_span_defaults(flags(), play_defaults(task), task)
     assert "make flywheel DAYS=N" in str(refused.value)
     with pytest.raises(SystemExit) as exit_info:
         main(["run"])
