@@ -23,7 +23,8 @@ from pipelines.labeling import (
     select_for_labeling,
 )
 from pipelines.labeling.annotations import task_ids_named
-from pipelines.labeling.label_exchange import LabelExchange
+from pipelines.labeling.label_exchange import Delivery, LabelExchange
+from pipelines.labeling.outcomes import is_outcomes_file, parse_outcomes, task_ids_in_outcomes
 from pipelines.lib.warehouse import WarehouseConnection, replace_rows
 from pipelines.model_spec import ModelSpec
 
@@ -182,7 +183,7 @@ def import_day(
     newest = newest[0] if newest else None
     today = newest is None or pd.isna(newest) or pd.Timestamp(day) >= pd.Timestamp(newest)
     deliveries = exchange.deliveries(day, today=today)
-    named = sorted(set().union(*(task_ids_named(d.data) for d in deliveries)))
+    named = sorted(set().union(*(_named(d, labeling) for d in deliveries)))
     already: dict[str, str] = {}
     exported: dict[str, str] = {}
     for start in range(0, len(named), LOOKUP_CHUNK):
@@ -204,9 +205,14 @@ def import_day(
     accepted, rejected = [], []
     for delivery in deliveries:
         key = delivery.key
-        good, bad = parse_label_studio_export(
-            key, delivery.data, awaiting, already, labeling, delivery.known_at
-        )
+        if is_outcomes_file(key):
+            # Outcomes known by the end of the delivery's day at the latest.
+            delivered = delivery.known_at or pd.Timestamp(day) + pd.Timedelta(days=1)
+            good, bad = parse_outcomes(key, delivery.data, awaiting, already, labeling, delivered)
+        else:
+            good, bad = parse_label_studio_export(
+                key, delivery.data, awaiting, already, labeling, delivery.known_at
+            )
         accepted.append(good)
         rejected.append(bad)
         for task_id, annotation_id in zip(good.task_id, good.annotation_id, strict=True):
@@ -232,3 +238,10 @@ def import_day(
     con.refresh_statistics(labels)
     reasons = bad.reason.str.split(" \\(").str[0].value_counts().to_dict() if len(bad) else {}
     return ImportReport(files, len(good), len(bad), reasons)
+
+
+def _named(delivery: Delivery, labeling: LabelingSpec) -> set[str]:
+    """The label tasks a delivery answers: an export's items, or an outcomes file's rows."""
+    if is_outcomes_file(delivery.key):
+        return task_ids_in_outcomes(delivery.key, delivery.data, labeling)
+    return task_ids_named(delivery.data)

@@ -33,6 +33,9 @@ from pipelines.lib.landing_zone import LandingZone, changed_files
 from pipelines.settings import secret
 
 OUTBOX, INBOX = "outbox/", "inbox/"
+# What the inbox takes: annotators' exports (Label Studio's JSON) and outcomes files
+# (pipelines.labeling.outcomes).
+DELIVERED = (".json", ".csv", ".parquet")
 PULLED = "label-studio"  # the inbox file a Label Studio delivery lands: inbox/<day>/label-studio.*
 
 
@@ -93,7 +96,7 @@ class FileLabelExchange(LabelExchange):
 
     def deliveries(self, day: str, today: bool) -> list[Delivery]:
         files = self.store.list_files(f"{INBOX}{day}/")
-        keys = sorted(f.key for f in files if f.key.endswith(".json"))
+        keys = sorted(f.key for f in files if f.key.endswith(DELIVERED))
         return [Delivery(key, self.store.read_bytes(key)) for key in keys]
 
     def changes(self, cursor: str | None) -> tuple[list[tuple[str | None, str]], str | None]:
@@ -101,7 +104,7 @@ class FileLabelExchange(LabelExchange):
         found = []
         for f in changed:
             parts = f.key[len(INBOX) :].split("/")
-            day = parts[0] if len(parts) == 2 and parts[1].endswith(".json") else ""
+            day = parts[0] if len(parts) == 2 and parts[1].endswith(DELIVERED) else ""
             found.append((day, f"{f.key}@{f.version}"))
         return found, cursor
 
