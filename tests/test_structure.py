@@ -138,6 +138,28 @@ def test_no_module_is_longer_than_one_job() -> None:
     assert long == {}
 
 
+# The code location's entry: it merges what each group builds (pipelines/defs/graph.py); wiring
+# an asset, a job or a sensor there again would grow it past this.
+MAX_ENTRY_LINES = 40
+
+
+def function_lines(source: str, name: str) -> int:
+    """How many lines the top-level function `name` of `source` spans, its decorators aside."""
+    (found,) = [
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and node.name == name
+    ]
+    return found.end_lineno - found.lineno + 1
+
+
+def test_the_code_locations_entry_merges_what_the_groups_build() -> None:
+    source = (REPO / "pipelines" / "definitions.py").read_text()
+    assert function_lines(source, "build_definitions") <= MAX_ENTRY_LINES
+    planted = "def build_definitions():\n" + "    job = 1\n" * MAX_ENTRY_LINES
+    assert function_lines(planted, "build_definitions") > MAX_ENTRY_LINES
+
+
 def yaml_reads(path: Path) -> list[int]:
     """The lines where `path` parses YAML (yaml.safe_load, yaml.load)."""
     return [
