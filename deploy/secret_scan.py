@@ -9,7 +9,9 @@ by name; a deployment's own come from its environment (`pipelines.settings.envir
     hits = scanner.instance(instance) + scanner.compute_logs(instance) + scanner.processes()
     assert not hits, "\\n".join(map(str, hits))
 
-`scan` runs every check it is given the input of.
+`scan` runs every check it is given the input of. Where a deployment says who may hold what
+(`Holders`: the stack's table, deploy/stack/holders.py), a secret found in one of its processes
+that may not hold it is a hit, whichever variable it is in.
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ SECRET_SETTINGS = (
 # A shorter value would be found by chance: a scan that always fails is as useless as one
 # that never does.
 MIN_LENGTH = 6
+
+
+@dataclass(frozen=True)
+class Holders:
+    """Who may hold which secret: `of(pid, environment)` names the holder a process belongs to
+    (None: a process outside the table, held to the variables that carry the secrets), and
+    `may_hold[holder]` the secrets it may hold; a holder the table lacks may hold none."""
+
+    of: Callable[[int, Mapping[str, str]], str | None]
+    may_hold: Mapping[str, Collection[str]]
 
 
 @dataclass(frozen=True)
@@ -162,11 +174,14 @@ class SecretScanner:
     def _pairs(self, pairs: Mapping[str, str], where: str) -> list[Hit]:
         return [hit for k, v in pairs.items() for hit in self.text(f"{k}={v}", f"{where} {k!r}")]
 
-    def processes(self, allowed: Collection[str] | None = None) -> list[Hit]:
+    def processes(
+        self, allowed: Collection[str] | None = None, holders: Holders | None = None
+    ) -> list[Hit]:
         """Every process's command line, which every user of the machine can read, and the
         environment of each process this user may read. Environment variables are how secrets
         reach processes: one found in a variable `allowed` (default: the secrets' own names)
-        is not a hit, one in any other variable is."""
+        is not a hit, one in any other variable is. A process `holders` names a holder of
+        is held to its table instead: a secret it may not hold is a hit in any variable."""
         import psutil
 
         allowed = set(self.names if allowed is None else allowed)
@@ -178,10 +193,26 @@ class SecretScanner:
                 environment = process.environ()
             except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue  # another user's, or gone
+            holder = holders.of(process.info["pid"], environment) if holders else None
+            if holder is not None:
+                hits += self.held(environment, holder, holders.may_hold.get(holder, ()), where)
+                continue
             for variable, value in environment.items():
                 if variable not in allowed:
                     hits += self.text(value, f"{where} environment variable {variable}")
         return hits
+
+    def held(
+        self, environment: Mapping[str, str], holder: str, may_hold: Collection[str], where: str
+    ) -> list[Hit]:
+        """A hit for each secret in `environment`, a process of `holder`'s, that `may_hold`
+        (the holder's secrets) lacks."""
+        return [
+            hit
+            for variable, value in environment.items()
+            for hit in self.text(value, f"{where} of {holder}, environment variable {variable}")
+            if hit.secret not in may_hold
+        ]
 
     def objects(self, objects: Mapping[str, Any]) -> list[Hit]:
         """Kubernetes objects by name, as dicts or the client's models (rendered as the API
@@ -221,6 +252,7 @@ def scan(
     tracking_uri: str | None = None,
     processes: bool = False,
     allowed_variables: Collection[str] | None = None,
+    holders: Holders | None = None,
     objects: Mapping[str, Any] | None = None,
 ) -> list[Hit]:
     """The hits of every check given its input (`SecretScanner`'s methods say what each reads)."""
@@ -233,7 +265,7 @@ def scan(
     if tracking_uri is not None:
         hits += scanner.tracking_store(tracking_uri)
     if processes:
-        hits += scanner.processes(allowed_variables)
+        hits += scanner.processes(allowed_variables, holders)
     return hits + scanner.objects(objects or {})
 
 

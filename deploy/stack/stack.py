@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from deploy.stack import mlflow_auth, pgbouncer, postgres, s3, state, tls
+from deploy.stack import mlflow_auth, pgbouncer, postgres, s3, shares, state, tls
 from deploy.stack.processes import StackError, http_ok, write_atomically
 from deploy.stack.readiness import code_server_ready, daemon_ready
 from deploy.stack.supervisor import Service, Supervisor
@@ -97,7 +97,7 @@ class Stack:
         return self.settings["code_server_address"]
 
     def environment(self) -> dict[str, str]:
-        """The `FLYWHEEL_ENV=prod` settings that point at this stack, given to every process."""
+        """The `FLYWHEEL_ENV=prod` settings of this stack, the code server's (`shares.SHARES`)."""
         chosen, host = self.settings, self.address
         ports = chosen["ports"]
         endpoint = f"https://{host}:{ports['s3']}"
@@ -182,12 +182,12 @@ class Stack:
             init_repository(checkout)
 
     def services(self) -> dict[str, Service]:
-        """The stack's processes, by name."""
+        """The stack's processes, by name, each with its share of the settings."""
         env, bin_dir = self.environment(), Path(sys.executable).parent
         ports, host = self.settings["ports"], self.address
         dagster = [str(bin_dir / "dagster")]
         pooler = self.root / "pgbouncer" / "pgbouncer.ini"
-        return {
+        defined = {
             "postgres": Service(
                 "postgres",
                 postgres.server_command(
@@ -220,10 +220,9 @@ class Stack:
                     self.certificates,
                 ),
                 lambda: s3.ready(env["FLYWHEEL_S3_ENDPOINT_URL"], self.certificates.authority),
-                # Its parts stop one after the other, the filer after its clients' streams time
-                # out, and the master and the gateway then keep retrying them: what is left to
-                # stop holds nothing unwritten (an object is on disk when acknowledged), so it
-                # is killed.
+                # Its parts stop one after the other, the filer after its clients' streams time out,
+                # and the master and the gateway then keep retrying them: what is left to stop
+                # holds nothing unwritten (an object is on disk when acknowledged), so it is killed.
                 stop_wait_s=s3.STOP_WAIT_S,
             ),
             "mlflow": Service(
@@ -278,6 +277,7 @@ class Stack:
                 lambda: http_ok(f"{env['FLYWHEEL_DAGSTER_URL']}/server_info"),
             ),
         }
+        return shares.given(env, defined)
 
     def up(self, say: Callable[[str], None] = print, timeout_s: float = 180.0) -> None:
         """Start every part that is not running, in order; each is ready before the next."""
@@ -298,7 +298,7 @@ class Stack:
         supervisor = self.supervisor
         if leftovers := supervisor.leftovers():
             say(f"stopped {len(leftovers)} services left running by a supervisord that died")
-        if supervisor.launch(dict(os.environ), list(services.values()), timeout_s):
+        if supervisor.launch(list(services.values()), timeout_s):
             say(f"supervisord   {supervisor.socket}")
         for name in SERVICES:
             if name == "pgbouncer":

@@ -30,11 +30,15 @@ START_SECONDS = 3
 START_RETRIES = 5
 # States in which supervisord is not (re)starting the process and will not without being asked.
 STOPPED_STATES = {"STOPPED", "EXITED", "FATAL"}
+# What supervisord keeps of the environment it is started from, which every service inherits:
+# the machine's basics, none of the caller's settings (a service's own are in its `env`).
+BASE = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
 
 
 @dataclass(frozen=True)
 class Service:
-    """One process of the stack: its command, environment additions and readiness check.
+    """One process of the stack: its command, its variables beside supervisord's `BASE`, and its
+    readiness check.
 
     `stop_signal`: how the service is asked to stop (PostgreSQL stops fast on SIGINT); `user`:
     the user it runs as, when supervisord runs as root (PostgreSQL refuses to run as root);
@@ -150,9 +154,10 @@ class Supervisor:
             lines.append(f"environment = {pairs}")
         return "\n".join(lines) + "\n"
 
-    def launch(self, env: Mapping[str, str], services: Sequence[Service], timeout_s: float) -> bool:
-        """Start supervisord with `env` (every service inherits it) unless it runs, or make it
-        read a changed configuration; whether it was started."""
+    def launch(self, services: Sequence[Service], timeout_s: float) -> bool:
+        """Start supervisord unless it runs, or make it read a changed configuration; whether it
+        was started. It gets this process's `BASE` variables only: each service gets them and
+        its own `env`, nothing else of the shell that started it."""
         self.write(services)
         if self.alive():
             self._update()
@@ -160,7 +165,7 @@ class Supervisor:
         self.socket.unlink(missing_ok=True)  # left by a supervisord that was killed
         started = subprocess.run(
             [str(Path(sys.executable).parent / "supervisord"), "-c", str(self.config)],
-            env=dict(env),
+            env={name: value for name, value in os.environ.items() if name in BASE},
             capture_output=True,
             text=True,
             check=False,

@@ -213,7 +213,7 @@ def stack_played(home: Path, task_file: Path) -> Iterator[dict]:
                         for p in Path(f"/proc/{server}/root{home}").rglob("*")
                         if not p.is_relative_to(f"/proc/{server}/root{home}/.pod")
                     ),
-                    # What the stack gives every process (its `stack.env`).
+                    # What the stack gives the code server and its runs (its `stack.env`).
                     "settings": (home / "stack" / "stack.env").read_text(),
                 }
             services = {supervisor.pid(name) for name in SERVICES}
@@ -319,6 +319,19 @@ def test_no_secret_of_the_stack_is_in_sight_but_the_planted_leak(through_the_dae
     assert scan["runs"] == len(through_the_daemon["runs"]) and scan["compute_log_files"] > 10
     pid = scan["planted_pid"]
     assert scan["hits"] == [f"process {pid} (python) command line: FLYWHEEL_WAREHOUSE_PASSWORD"]
+    # Each part of the stack holds only what its table allows (deploy/stack/holders.py): the
+    # warehouse's password the code server and its runs alone, the object store's key the parts
+    # that read or write the bucket; no process the table does not name holds either.
+    held = scan["held"]
+    assert set(held) == {"supervisord", *SERVICES}
+    holding = {
+        secret: {holder for holder, found in held.items() if secret in found}
+        for secret in ("FLYWHEEL_WAREHOUSE_PASSWORD", "AWS_SECRET_ACCESS_KEY")
+    }
+    assert holding == {
+        "FLYWHEEL_WAREHOUSE_PASSWORD": {"code_server"},
+        "AWS_SECRET_ACCESS_KEY": {"mlflow", "code_server", "daemon", "webserver"},
+    }
 
 
 def test_every_run_ran_on_a_host_that_shares_nothing_with_the_stack_but_the_network(

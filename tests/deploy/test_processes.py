@@ -52,7 +52,7 @@ def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
 
 
 def launch(supervisor: Supervisor, *services: Service) -> None:
-    supervisor.launch(dict(os.environ), services, timeout_s=30)
+    supervisor.launch(services, timeout_s=30)
 
 
 def test_a_service_that_keeps_failing_is_given_up_and_reported_with_its_log(supervisor):

@@ -27,7 +27,7 @@ import requests
 
 from deploy.stack import s3
 from deploy.stack.pgbouncer import POOL_SIZE
-from deploy.stack.stack import Stack
+from deploy.stack.stack import SERVICES, Stack
 from pipelines.resources import warehouse
 from sim.world.nycflights import load
 from tests.deploy.stackctl import passable, stack, stack_env
@@ -321,6 +321,66 @@ def test_each_consumer_logs_in_as_a_role_of_its_own_over_tls_only(home: Path, en
         reader.close()
     with pytest.raises(psycopg2.OperationalError, match=r"no pg_hba\.conf entry"):
         connect(warehouse_reader.READER, "dagster")
+
+
+def test_each_process_of_the_stack_holds_only_the_secrets_its_table_allows(home, env):
+    """Scanned while a day's run is in its dbt step: the run's process, the code server's, holds
+    every secret the run needs; no process holds a secret outside its table
+    (deploy/stack/holders.py), the warehouse's password and the object store's key among them."""
+    import dagster as dg
+    import psutil
+
+    from deploy.secret_scan import SecretScanner
+    from deploy.stack import holders
+
+    stack = Stack.of_home(home)
+    supervisord = int((stack.supervisor.folder / "supervisord.pid").read_text())
+    table = holders.holders(stack.supervisor.url, supervisord)
+    scanner = SecretScanner(holders.stack_secrets(stack))
+    before = frozenset(r["id"] for r in runs())
+    day = "2013-01-11"
+    land(env, day)
+    with dg.DagsterInstance.get() as instance:
+        deadline = time.monotonic() + 300
+        while (target := _in_step(instance, "daily_dbt_models", before)) is None:
+            assert time.monotonic() < deadline, "no run of the day reached its dbt step"
+            time.sleep(0.1)
+        hits = scanner.processes(holders=table)
+        held = holders.holdings(scanner, table)
+        run = psutil.Process(target[1]).environ()
+
+    assert [str(hit) for hit in hits] == []
+    assert table.of(target[1], run) == "code_server"
+    assert {"FLYWHEEL_WAREHOUSE_PASSWORD", "AWS_SECRET_ACCESS_KEY"} <= {
+        hit.secret for value in run.values() for hit in scanner.text(value, "the run")
+    }
+    assert set(held) == {"supervisord", *SERVICES}
+    for secret in ("FLYWHEEL_WAREHOUSE_PASSWORD", "AWS_SECRET_ACCESS_KEY"):
+        holding = {holder for holder, found in held.items() if secret in found}
+        assert holding and holding <= {
+            h for h, allowed in holders.HOLDERS.items() if secret in allowed
+        }
+    assert "FLYWHEEL_WAREHOUSE_PASSWORD" not in held["webserver"] | held["daemon"] | held["mlflow"]
+    wait_for(succeeded(day), timeout_s=300, before=before)
+
+
+def test_mlflow_keeps_an_artifact_in_the_object_store_with_its_share_of_the_settings(
+    env: dict[str, str], tmp_path: Path
+):
+    """MLflow's server, given the object store's key and no other client's secret, proxies an
+    artifact to the bucket and back."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    experiment = client.create_experiment(f"artifact-probe-{time.time_ns()}")
+    run = client.create_run(experiment).info.run_id
+    client.log_text(run, "kept", "probe.txt")
+
+    assert Path(client.download_artifacts(run, "probe.txt", str(tmp_path))).read_text() == "kept"
+    listed = s3.client(env).list_objects_v2(Bucket="flywheel", Prefix=f"mlflow/{experiment}/")
+    assert [item["Key"] for item in listed["Contents"]] == [
+        f"mlflow/{experiment}/{run}/artifacts/probe.txt"
+    ]
 
 
 @pytest.mark.parametrize(
