@@ -3,13 +3,16 @@ storage's heartbeats, which fail (and queue again) the trials of killed workers.
 
 from __future__ import annotations
 
+import copy
 import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import optuna
+import sqlalchemy
 from optuna.exceptions import ExperimentalWarning
 from optuna.storages import (
     BaseStorage,
@@ -18,9 +21,12 @@ from optuna.storages import (
     fail_stale_trials,
 )
 from optuna.storages.journal import JournalFileBackend, JournalStorage
-from optuna.trial import Trial
+from optuna.trial import Trial, TrialState
 
 from ml.config import TuneConfig
+
+# The trials that ever recorded a heartbeat (Optuna's schema).
+BEATEN = "select trial_id from trial_heartbeats"
 
 
 def make_storage(storage: str, config: TuneConfig | None = None) -> BaseStorage:
@@ -57,10 +63,49 @@ def heartbeats(study: optuna.Study) -> bool:
 
 
 def fail_stale(study: optuna.Study) -> None:
-    """Fail the running trials whose heartbeat stopped (queuing their retries)."""
+    """Fail the running trials whose heartbeat stopped, and those that never beat (queuing
+    their retries)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)
         fail_stale_trials(study)
+    fail_never_beaten(study)
+
+
+def fail_never_beaten(study: optuna.Study) -> list[int]:
+    """Fail (and queue again) the running trials that started longer than the grace period ago
+    and never recorded a heartbeat; their numbers.
+
+    A worker claims a trial, then records its first heartbeat: one that dies in between (killed,
+    or its database lost mid-call) leaves a trial running with no heartbeat, which Optuna's
+    `fail_stale_trials` never takes for stale, and every other worker then waits for it for
+    ever. Started longer ago than the grace period, such a trial's worker is gone.
+    """
+    storage = study._storage  # Optuna exposes no public accessor
+    rdb = getattr(storage, "_backend", storage)  # under Optuna's cache, if any
+    if not isinstance(rdb, RDBStorage) or rdb.heartbeat_interval is None:
+        return []
+    grace_s = rdb.grace_period if rdb.grace_period is not None else 2 * rdb.heartbeat_interval
+    cutoff = datetime.now() - timedelta(seconds=grace_s)  # as Optuna sets datetime_start
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    if not running:
+        return []
+    with rdb.engine.connect() as con:
+        beaten = {row[0] for row in con.execute(sqlalchemy.text(BEATEN))}
+    failed = []
+    for trial in running:
+        started = trial.datetime_start
+        if trial._trial_id in beaten or started is None or started > cutoff:
+            continue
+        try:
+            if storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                failed.append(trial)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # told or failed by another process first
+    retry = storage.get_heartbeat_stale_trial_callback()
+    for trial in failed:
+        if retry is not None:
+            retry(study, copy.deepcopy(storage.get_trial(trial._trial_id)))
+    return [t.number for t in failed]
 
 
 @contextmanager
