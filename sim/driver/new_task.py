@@ -189,6 +189,9 @@ def plan(request: NewTask, root: Path) -> tuple[dict, TaskModels]:
         # How much a partition's volume may vary is the traffic's own: a low day shows as an
         # ERROR in the UI without holding anything back until the task's owner sets it blocking.
         "checks": {"volume": {"blocking": False}},
+        # Non-inferiority, as the flights task: a challenger of newer labels replaces the
+        # champion unless its log loss is likely worse by more than 0.03 (docs/concepts.md).
+        "promotion": {"min_improvement": -0.03},
         "replay": {"source": source, **_span(days, request.cadence, first)},
     }  # fmt: skip
     return spec, models
