@@ -28,3 +28,25 @@ def split_by_time(
         "test": day >= test_start,
     }
     return {name: frame[mask].reset_index(drop=True) for name, mask in masks.items()}
+
+
+def one_class_splits(
+    splits: dict[str, pd.DataFrame], label: str, date_column: str
+) -> dict[str, str]:
+    """Each split whose labels hold a single value, with a line saying so: no model is fitted,
+    selected or judged on one class (its AUC does not exist), so a dataset cut so is refused
+    before training, naming the split, its days and its one value."""
+    found = {}
+    for name, frame in splits.items():
+        values = frame[label].dropna().unique()
+        if len(values) < 2:
+            days = pd.to_datetime(frame[date_column]).dt.date
+            span = f"{days.min()} to {days.max()}" if len(frame) else "no days"
+            only = f"only {label}={_plain(values[0])!r}" if len(values) else f"no {label}"
+            found[name] = f"the {name} split ({len(frame)} labels, {span}) holds {only}"
+    return found
+
+
+def _plain(value: object) -> object:
+    """Python's value of a numpy scalar, whose repr names its type (`np.False_`)."""
+    return value.item() if hasattr(value, "item") else value

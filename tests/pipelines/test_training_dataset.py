@@ -107,6 +107,31 @@ def test_too_few_labelled_days_is_a_clear_error(flywheel, dvc_repo):
     assert "10 labelled days cannot be split" in str(error.cause.message)
 
 
+def test_a_split_of_one_class_is_refused_naming_it_before_any_version_is_cut(flywheel, dvc_repo):
+    """A small task's held-out days can hold no positive label at all (the emails' second
+    week held one spam in 246): no model is fitted or judged on one class, so the dataset is
+    refused with the split, its days and its one value, and nothing is pushed."""
+    frame = write_examples(flywheel.warehouse, days=30)
+    test_days = frame.flight_date >= sorted(set(frame.flight_date))[-7]
+    frame.loc[test_days, "is_late"] = False
+    with duckdb.connect(str(flywheel.warehouse)) as con:
+        con.register("frame", frame)
+        con.execute("create or replace table fct_labelled_flights as select * from frame")
+    defs = build_definitions(env="local")
+    result = defs.resolve_job_def("__ASSET_JOB").execute_in_process(
+        instance=flywheel.instance,
+        asset_selection=[dg.AssetKey(["flights", "training_dataset"])],
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = result.get_step_failure_events()[0].event_specific_data
+    message = str(failure.user_failure_data.description)
+    expected = "the test split (280 labels, 2013-03-24 to 2013-03-30) holds only is_late=False"
+    assert expected in message
+    assert "validation" not in message.split(":")[0] and "labels.budget" in message
+    assert not list((dvc_repo / "data" / "datasets").glob("flights*"))
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

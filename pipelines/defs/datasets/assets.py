@@ -4,7 +4,7 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from ml.splits import split_by_time
+from ml.splits import one_class_splits, split_by_time
 from pipelines.labeling.selection import REASON_COLUMN, importance_weights
 from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.datasets import DvcDatasetStore
@@ -87,6 +87,13 @@ def build_dataset_assets(task: Task) -> list[dg.AssetsDefinition]:
         if spec.features.weight is not None:
             examples[spec.features.weight] = weights(warehouse, spec, examples)
         splits = split_by_time(examples, spec.time_column, config.validation_days, config.test_days)
+        if one_class := one_class_splits(splits, spec.label, spec.time_column):
+            raise dg.Failure(
+                description="; ".join(one_class.values()) + ": a model cannot be fitted, "
+                "selected or judged on one class. Label more days before the first model, "
+                "widen the held-out windows (validation_days, test_days), or label more of each "
+                "partition (labels.budget)."
+            )
         version = dataset_store.save(task.name, splits)
         schema = {c: str(t) for c, t in examples.dtypes.items()}
         return dg.MaterializeResult(
