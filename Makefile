@@ -45,16 +45,17 @@ setup: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml dbt_project/target/manife
 
 # torch goes in first through pip, so a machine's own wheel index or the registry's default build
 # is used; uv then resolves the rest around it, keeping that torch. A machine without an NVIDIA
-# GPU (no /dev/nvidia0) also asks PyTorch's CPU index, whose build (2.13.0+cpu, preferred over
-# the registry's 2.13.0) leaves out the CUDA libraries; TORCH_INDEX= turns that off. Each step
-# prints what it downloads and installs.
+# GPU (no /dev/nvidia0) that reaches PyTorch's CPU index (asked once, 5 s at most) also installs
+# from it: its build (2.13.0+cpu, preferred over the registry's 2.13.0) leaves out the CUDA
+# libraries. TORCH_INDEX= turns that off. Each step prints what it downloads and installs.
 # Bytecode is compiled at install: with none on disk (uv writes none by default, and nothing is
 # written where PYTHONDONTWRITEBYTECODE is set), every process compiles dagster, dbt and lightning
 # again as it imports them, seconds per process start.
-TORCH_INDEX ?= $(if $(wildcard /dev/nvidia0),,https://download.pytorch.org/whl/cpu)
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?= $(if $(wildcard /dev/nvidia0),,$(shell python3 -c "import urllib.request as r; r.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" >/dev/null 2>&1 && echo $(TORCH_CPU_INDEX)))
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	@echo "installing torch ($(if $(TORCH_INDEX),CPU build from $(TORCH_INDEX) if reachable,default build)) and uv"
+	@echo "installing torch ($(if $(TORCH_INDEX),its CPU build from $(TORCH_INDEX),the build of the machine's indexes)) and uv"
 	$(PY) -m pip install --disable-pip-version-check --progress-bar off uv==0.13.9 torch==2.13.0 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	@echo "installing flywheel and its dependencies"
 	$(VENV)/bin/uv pip install --compile-bytecode --python $(PY) -e ".[dev]"
