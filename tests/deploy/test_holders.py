@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,17 +68,23 @@ def test_a_process_holding_a_secret_outside_its_table_is_reported(tmp_path: Path
 
 
 @pytest.fixture
-def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
     """A stack's settings in a fresh folder, held by this process as `stack up` holds them, with a
-    variable of the caller's own beside them; its supervisord shut down after the test."""
+    variable of the caller's own beside them; its supervisord shut down after the test. The
+    folder is short: supervisord's socket path must fit a Unix socket's 108 bytes, which a
+    test's own folder under a clone's temporary root does not."""
+    root = Path(tempfile.mkdtemp(prefix="holders-", dir="/tmp"))
     monkeypatch.setattr(postgres, "binaries", lambda: Path("/usr/lib/postgresql/0/bin"))
-    made = Stack(tmp_path / "stack")
+    made = Stack(root / "stack")
     monkeypatch.setenv(CALLERS_OWN, secrets.token_urlsafe(16))
     monkeypatch.setenv("FLYWHEEL_LABEL_STUDIO_TOKEN", secrets.token_hex(20))
     for name, value in made.environment().items():
         monkeypatch.setenv(name, value)
-    yield made
-    made.supervisor.shutdown()
+    try:
+        yield made
+    finally:
+        made.supervisor.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_each_service_of_the_stack_holds_only_what_its_table_allows(stack: Stack):
