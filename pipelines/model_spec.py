@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from ml.config import FeatureConfig
 from ml.evaluation import SliceKey, bands
 from pipelines.contracts import TaskSpec
-from pipelines.labeling.selection import WEIGHT_COLUMN
 
+# The training datasets' column of each label's importance weight (pipelines/labeling/selection.py).
+WEIGHT_COLUMN = "sample_weight"
 REQUIRED = (
     "features_table",
     "examples_table",

@@ -14,9 +14,9 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from pipelines import settings
-from pipelines.labeling.label_exchange import FileLabelExchange, LabelExchange, LabelStudioExchange
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.errors import ConfigurationError
+from pipelines.lib.label_exchange import FileLabelExchange, LabelExchange, LabelStudioExchange
 from pipelines.lib.landing_zone import LandingZone, LocalLandingZone, S3LandingZone
 from pipelines.lib.tuning_workers import (
     KubernetesTuningWorkers,

@@ -29,7 +29,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.lib.errors import S3_ENDPOINT_SETTING, ConfigurationError
+S3_ENDPOINT_SETTING = "FLYWHEEL_S3_ENDPOINT_URL"
+
+
+class ConfigurationError(RuntimeError):
+    """A setting (an environment variable) is missing or wrong; the message names it."""
+
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENVIRONMENTS = ("local", "prod")
@@ -106,20 +111,6 @@ TUNING_WORKER_GPUS = Setting("FLYWHEEL_TUNING_WORKER_GPUS", "0")
 STACK_ADDRESS = Setting("FLYWHEEL_STACK_ADDRESS")
 STACK_CODE_SERVER_ADDRESS = Setting("FLYWHEEL_STACK_CODE_SERVER_ADDRESS")
 REQUESTS_CA_BUNDLE = Setting("REQUESTS_CA_BUNDLE")
-
-
-def secret(field: object) -> str:
-    """The value of a resource's secret field, which the definitions set to a `dg.EnvVar`: the
-    UI then shows the variable's name, never its value.
-
-    Dagster puts the variable's value in the field when it initializes the resource for a run;
-    a resource used as it was built (the preflight, the simulator's command line, a test
-    reading the warehouse) still holds the EnvVar, whose value is read here, with an error
-    naming the variable when it is unset. Any other field is its own value.
-    """
-    from dagster import EnvVar
-
-    return Setting(field.env_var_name).required() if isinstance(field, EnvVar) else field
 
 
 def current_env() -> str:

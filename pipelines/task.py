@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from pipelines.contracts import TASKS_DIR, TaskSpec, default_task_name, read_contracts
-from pipelines.defs.ingestion.feed_checks import FeedChecks, parse_feed_checks
+from pipelines.feed_checks import FeedChecks, parse_feed_checks
 from pipelines.labeling.spec import LabelingSpec, parse_labeling_spec
 from pipelines.model_spec import ModelSpec, parse_model_spec
 from pipelines.settings import TASK_NAME

@@ -138,6 +138,107 @@ def test_no_module_is_longer_than_one_job() -> None:
     assert long == {}
 
 
+# pipelines/ in floors, lowest first, one rule each: a module imports from its own floor and
+# those below it, never above; only the services' floor, Dagster's floor and the entry points
+# import dagster. The longest prefix places a module.
+FLOORS = (
+    (
+        "what the task YAML says",
+        (
+            "pipelines.settings",
+            "pipelines.cadence",
+            "pipelines.contracts",
+            "pipelines.model_spec",
+            "pipelines.thresholds",
+            "pipelines.feed_checks",
+            "pipelines.task",
+            "pipelines.labeling.spec",
+        ),
+    ),
+    ("how the project talks to services", ("pipelines.lib",)),
+    (
+        "what each stage decides",
+        (
+            "pipelines.ingestion",
+            "pipelines.validation",
+            "pipelines.monitoring",
+            "pipelines.recalibration",
+            "pipelines.labeling",
+        ),
+    ),
+    ("how Dagster runs it", ("pipelines.defs",)),
+    (
+        "entry points",
+        (
+            "pipelines",
+            "pipelines.definitions",
+            "pipelines.resources",
+            "pipelines.preflight",
+            "pipelines.models_cli",
+            "pipelines.tuning_pod",
+        ),
+    ),
+)
+DAGSTER_FLOORS = {1, 3, 4}
+
+
+def floor_of(module: str) -> int | None:
+    """The floor a module of pipelines/ stands on (by its longest prefix), None if none."""
+    placed = [
+        (len(prefix), number)
+        for number, (_, prefixes) in enumerate(FLOORS)
+        for prefix in prefixes
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+    return max(placed)[1] if placed else None
+
+
+def floor_violations(found: dict[str, Path]) -> list[str]:
+    """Each module of pipelines/ with no floor, each import up a floor, and each import of
+    dagster below the floors that may."""
+    wrong = []
+    for name, path in sorted(found.items()):
+        if not name.startswith("pipelines"):
+            continue
+        floor = floor_of(name)
+        if floor is None:
+            wrong.append(f"{name} stands on no floor")
+            continue
+        for target in imports(path, set(found)):
+            above = floor_of(target) if target.startswith("pipelines") else None
+            if above is not None and above > floor:
+                wrong.append(f"{name} ({FLOORS[floor][0]}) imports {target} ({FLOORS[above][0]})")
+        if imports(path, {"dagster"}) and floor not in DAGSTER_FLOORS:
+            wrong.append(f"{name} ({FLOORS[floor][0]}) imports dagster")
+    return wrong
+
+
+def test_pipelines_floors_point_down_and_only_dagsters_import_dagster() -> None:
+    assert floor_violations(modules()) == []
+
+
+def test_an_import_up_a_floor_or_of_dagster_below_is_found(tmp_path: Path) -> None:
+    rules = tmp_path / "monitoring.py"
+    rules.write_text("import dagster as dg\nfrom pipelines.defs.graph import build_jobs\n")
+    config = tmp_path / "thresholds.py"
+    config.write_text("def f():\n    from pipelines.lib.errors import secret\n")
+    stray = tmp_path / "stray.py"
+    stray.write_text("")
+    found = {
+        "pipelines.monitoring": rules,
+        "pipelines.thresholds": config,
+        "pipelines.defs.graph": stray,
+        "pipelines.lib.errors": stray,
+    }
+    assert floor_violations(found) == [
+        "pipelines.monitoring (what each stage decides) imports pipelines.defs.graph "
+        "(how Dagster runs it)",
+        "pipelines.monitoring (what each stage decides) imports dagster",
+        "pipelines.thresholds (what the task YAML says) imports pipelines.lib.errors "
+        "(how the project talks to services)",
+    ]
+
+
 # The code location's entry: it merges what each group builds (pipelines/defs/graph.py); wiring
 # an asset, a job or a sensor there again would grow it past this.
 MAX_ENTRY_LINES = 40

@@ -16,14 +16,14 @@ from pipelines.defs.datasets.assets import build_dataset_assets
 from pipelines.defs.evaluation.assets import build_evaluation_assets
 from pipelines.defs.ingestion.assets import build_ingestion_assets
 from pipelines.defs.ingestion.sensors import build_landing_sensor
+from pipelines.defs.labeling.assets import build_labeling_assets
+from pipelines.defs.labeling.triggers import build_labeling_triggers
 from pipelines.defs.monitoring.assets import build_monitoring_assets
 from pipelines.defs.monitoring.triggers import build_monitoring_triggers
 from pipelines.defs.runs.sensors import build_missed_retry_sensor
 from pipelines.defs.scoring.assets import build_scoring_assets
 from pipelines.defs.training.assets import GPU_TAGS, build_training_assets
 from pipelines.defs.warehouse.assets import build_dbt_assets
-from pipelines.labeling.assets import build_labeling_assets
-from pipelines.labeling.triggers import build_labeling_triggers
 from pipelines.lib.asset_keys import task_run_config
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.runs import (

@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from pipelines.labeling.label_studio import REJECTED_COLUMNS, accepted_columns
 from pipelines.labeling.spec import LabelingSpec
+from pipelines.lib.label_studio import REJECTED_COLUMNS, accepted_columns
 
 MAX_NESTING = 100
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

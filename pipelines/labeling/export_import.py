@@ -23,8 +23,8 @@ from pipelines.labeling import (
     select_for_labeling,
 )
 from pipelines.labeling.annotations import task_ids_named
-from pipelines.labeling.label_exchange import Delivery, LabelExchange
 from pipelines.labeling.outcomes import is_outcomes_file, parse_outcomes, task_ids_in_outcomes
+from pipelines.lib.label_exchange import Delivery, LabelExchange
 from pipelines.lib.warehouse import WarehouseConnection, replace_rows
 from pipelines.model_spec import ModelSpec
 

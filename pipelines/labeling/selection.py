@@ -10,9 +10,9 @@ import pandas as pd
 # The reasons of picks drawn uniformly from a day's examples: the labels that give unbiased
 # estimates (targeted picks favour hard cases).
 UNIFORM_REASONS = ("audit", "random")
-# The examples table's column of each label's reason, and the training datasets' weight column.
+# The examples table's column of each label's reason; the training datasets' weight column is
+# the model spec's.
 REASON_COLUMN = "selection_reason"
-WEIGHT_COLUMN = "sample_weight"
 
 
 def importance_weights(

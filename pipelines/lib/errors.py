@@ -11,11 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
-S3_ENDPOINT_SETTING = "FLYWHEEL_S3_ENDPOINT_URL"
-
-
-class ConfigurationError(RuntimeError):
-    """A setting (an environment variable) is missing or wrong; the message names it."""
+# Defined with the settings, below the services; named here too, where they have always been.
+from pipelines.settings import S3_ENDPOINT_SETTING, ConfigurationError, Setting
 
 
 def redact(url: str) -> str:
@@ -119,3 +116,17 @@ def probe_bucket(bucket: str, setting: str, endpoint_url: str | None, timeout_s:
     client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
     with s3_errors(bucket, setting, endpoint_url):
         client.list_objects_v2(Bucket=bucket, MaxKeys=1)
+
+
+def secret(field: object) -> str:
+    """The value of a resource's secret field, which the definitions set to a `dg.EnvVar`: the
+    UI then shows the variable's name, never its value.
+
+    Dagster puts the variable's value in the field when it initializes the resource for a run;
+    a resource used as it was built (the preflight, the simulator's command line, a test
+    reading the warehouse) still holds the EnvVar, whose value is read here, with an error
+    naming the variable when it is unset. Any other field is its own value.
+    """
+    from dagster import EnvVar
+
+    return Setting(field.env_var_name).required() if isinstance(field, EnvVar) else field

@@ -29,7 +29,7 @@ from datetime import date
 import numpy as np
 import pandas as pd
 
-from pipelines.defs.ingestion.feed_checks import judge_humidity, parse_feed_checks
+from pipelines.feed_checks import judge_humidity, parse_feed_checks
 from pipelines.thresholds import ALARMS
 from sim.judge.paired import t_interval
 from sim.judge.policies import Play

@@ -34,7 +34,7 @@ RECALIBRATION_DAYS = 14  # monitoring.recalibration_days
 class ScreenConfig:
     """The replay's budget, cadence and learner."""
 
-    budget: int = 150  # pipelines.labeling.assets' default
+    budget: int = 150  # pipelines.defs.labeling.assets' default
     audit_share: float = 0.4  # likewise
     refit_days: int = 7
     latency_days: int = 1  # the world's annotators answer the day after the flight

@@ -45,8 +45,8 @@ from typing import Any
 import pandas as pd
 
 from pipelines.labeling import LabelingSpec, render_json
-from pipelines.labeling.label_exchange import FileLabelExchange, LabelExchange, LabelStudioExchange
-from pipelines.labeling.label_studio_api import LabelStudioClient
+from pipelines.lib.label_exchange import FileLabelExchange, LabelExchange, LabelStudioExchange
+from pipelines.lib.label_studio_api import LabelStudioClient
 from pipelines.lib.landing_zone import LandingFile, LandingZone
 from pipelines.task import load_task
 from sim.world.sources import outcome_of

@@ -8,7 +8,7 @@ never the project's environment), `data/` (its SQLite database and media), `cred
 The token is a legacy API token, which Label Studio 1.23 refuses unless legacy tokens are enabled:
 the server is started with `--enable-legacy-api-token`, Label Studio's own switch for it. A
 production server can keep them off and give the pipeline a personal access token instead
-(FLYWHEEL_LABEL_STUDIO_TOKEN takes either; see pipelines/labeling/label_studio_api.py).
+(FLYWHEEL_LABEL_STUDIO_TOKEN takes either; see pipelines/lib/label_studio_api.py).
 
 The admin's password and the token reach the server in its environment, not on its command
 line, which every user of the machine can read (`ps`).

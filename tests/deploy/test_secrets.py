@@ -20,7 +20,7 @@ from dagster._core.remote_representation.external_data import (
 )
 
 from deploy.secret_scan import MIN_LENGTH, Hit, SecretScanner
-from pipelines.labeling.label_exchange import LabelExchange, LabelStudioExchange
+from pipelines.lib.label_exchange import LabelExchange, LabelStudioExchange
 from pipelines.lib.warehouse import PostgresWarehouse, Warehouse
 from tests.deploy.test_kubernetes import HELM, load_yaml
 

@@ -9,7 +9,7 @@ import pytest
 
 from pipelines.cadence import next_start, partition_start, partition_starts
 from pipelines.contracts import read_contracts
-from pipelines.defs.ingestion.feed_checks import (
+from pipelines.feed_checks import (
     FreshnessRule,
     VolumeRule,
     baseline_days,

@@ -12,7 +12,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from pipelines.defs.ingestion.feed_checks import (
+from pipelines.feed_checks import (
     FreshnessRule,
     VolumeRule,
     baseline_days,
@@ -323,7 +323,7 @@ def weather_days() -> dict[str, pd.DataFrame]:
 
 
 def test_every_real_weather_day_of_2013_passes_and_every_celsius_day_fails():
-    from pipelines.defs.ingestion.feed_checks import judge_humidity
+    from pipelines.feed_checks import judge_humidity
 
     rule = POLICY.humidity["weather"]
     days = weather_days()
@@ -348,7 +348,7 @@ def test_every_real_weather_day_of_2013_passes_and_every_celsius_day_fails():
 
 
 def test_implied_humidity_is_the_magnus_formula():
-    from pipelines.defs.ingestion.feed_checks import implied_humidity
+    from pipelines.feed_checks import implied_humidity
 
     # Saturated air: the dew point is the temperature; 20 C at a 10 C dew point is about 52.6%.
     assert implied_humidity([50.0, 68.0], [50.0, 50.0]) == pytest.approx([100.0, 52.6], abs=0.1)

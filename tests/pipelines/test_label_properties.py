@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pipelines.ingestion import RAW_SCHEMA, ensure_raw_tables
 from pipelines.labeling.annotations import MAX_NESTING
 from pipelines.labeling.export_import import import_day
-from pipelines.labeling.label_exchange import FileLabelExchange
+from pipelines.lib.label_exchange import FileLabelExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
 from pipelines.task import load_task

@@ -28,9 +28,9 @@ import pytest
 
 from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
 from pipelines.labeling.export_import import export_day, import_day
-from pipelines.labeling.label_exchange import FileLabelExchange, LabelStudioExchange
-from pipelines.labeling.label_studio_api import LabelStudioClient, LabelStudioError
 from pipelines.lib.errors import ConfigurationError
+from pipelines.lib.label_exchange import FileLabelExchange, LabelStudioExchange
+from pipelines.lib.label_studio_api import LabelStudioClient, LabelStudioError
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
 from pipelines.task import load_task
@@ -290,7 +290,7 @@ KILLED = """
 import os, signal, sys
 import duckdb
 from pipelines.labeling import export_import as module
-from pipelines.labeling.label_exchange import LabelStudioExchange
+from pipelines.lib.label_exchange import LabelStudioExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
 from tests.pipelines.test_label_studio import LABELING, SPEC, TASK, DAY1, DAY2, BUDGET

@@ -23,9 +23,9 @@ from pipelines.labeling import (
 )
 from pipelines.labeling.annotations import MAX_NESTING
 from pipelines.labeling.export_import import import_day
-from pipelines.labeling.label_exchange import FileLabelExchange
 from pipelines.labeling.selection import importance_weights
 from pipelines.labeling.spec import LabelBudget
+from pipelines.lib.label_exchange import FileLabelExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
 from pipelines.task import TASKS_DIR, load_task

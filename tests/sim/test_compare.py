@@ -294,7 +294,7 @@ def test_a_policy_turns_on_its_triggers_and_the_flywheel_plays_the_tasks() -> No
 
 
 def test_the_targeted_labels_policy_targets_part_of_the_budget_the_flywheel_none() -> None:
-    from pipelines.labeling.assets import LabelSelectionConfig
+    from pipelines.defs.labeling.assets import LabelSelectionConfig
     from pipelines.task import load_task
     from sim.driver.in_process import describe_policy, retrain_on
 

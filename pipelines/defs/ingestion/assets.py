@@ -16,7 +16,7 @@ from pipelines.defs.ingestion.checks import (
     refuse_redeliveries,
     volume_result,
 )
-from pipelines.defs.ingestion.feed_checks import FeedChecks, baseline_days
+from pipelines.feed_checks import FeedChecks, baseline_days
 from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
 from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import LandingZone

@@ -20,7 +20,7 @@ import dagster as dg
 import pandas as pd
 
 from pipelines.contracts import FeedSpec, TaskSpec
-from pipelines.defs.ingestion.feed_checks import (
+from pipelines.feed_checks import (
     SEVERITY_RANK,
     FreshnessRule,
     FreshnessVerdict,

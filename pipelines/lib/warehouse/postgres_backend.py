@@ -10,6 +10,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from pipelines.lib.errors import secret
 from pipelines.lib.warehouse.base import (
     Result,
     Warehouse,
@@ -23,7 +24,6 @@ from pipelines.lib.warehouse.postgres_types import (
     copy_text,
     placeholders,
 )
-from pipelines.settings import secret
 
 
 class _PostgresResult(Result):

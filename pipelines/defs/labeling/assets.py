@@ -4,8 +4,8 @@ import dagster as dg
 
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.labeling.export_import import export_day, import_day
-from pipelines.labeling.label_exchange import LabelExchange
 from pipelines.lib.asset_keys import task_key, task_prefix
+from pipelines.lib.label_exchange import LabelExchange
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
 from pipelines.task import Task

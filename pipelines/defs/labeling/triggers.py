@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from pipelines.labeling.label_exchange import LabelExchange
+from pipelines.lib.label_exchange import LabelExchange
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
     from dagster._core.definitions.unresolved_asset_job_definition import (

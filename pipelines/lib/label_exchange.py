@@ -25,12 +25,11 @@ import dagster as dg
 import pandas as pd
 from pydantic import Field
 
-from pipelines.labeling.label_studio import batch_manifest, render_json
-from pipelines.labeling.label_studio_api import LabelStudioClient, LabelStudioError
 from pipelines.labeling.spec import LabelingSpec
-from pipelines.lib.errors import ConfigurationError
+from pipelines.lib.errors import ConfigurationError, secret
+from pipelines.lib.label_studio import batch_manifest, render_json
+from pipelines.lib.label_studio_api import LabelStudioClient, LabelStudioError
 from pipelines.lib.landing_zone import LandingZone, changed_files
-from pipelines.settings import secret
 
 OUTBOX, INBOX = "outbox/", "inbox/"
 # What the inbox takes: annotators' exports (Label Studio's JSON) and outcomes files
