@@ -64,9 +64,9 @@ def played(home: Path, settings: FloorSettings) -> Played:
     from bench.alarm_signals import played_state
 
     defs, (first, last) = played_state(home.resolve())
-    from pipelines.recalibration import DELIVERED as SERVED_DELIVERED
-    from pipelines.recalibration import OUTCOME as SERVED_OUTCOME
-    from pipelines.recalibration import uniform_labels
+    from pipelines.monitoring.recalibration import DELIVERED as SERVED_DELIVERED
+    from pipelines.monitoring.recalibration import OUTCOME as SERVED_OUTCOME
+    from pipelines.monitoring.recalibration import uniform_labels
     from pipelines.task import load_task
     from sim.judge.examples import Judged
     from sim.judge.report import production_examples, resource, version_scores

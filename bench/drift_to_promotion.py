@@ -20,7 +20,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.thresholds import ALARMS
+from pipelines.task.thresholds import ALARMS
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,10 +7,11 @@ Reads finished simulations' states (each a FLYWHEEL_HOME; a comparison's plays a
 `<out>/<policy>/seed-<seed>`). For every production day: the AUC the served scores really
 scored (every flight, outcomes from the simulator), and the AUC they expect with no label
 (confidence-based performance estimation, `ml.metrics.expected_auroc`) from the model's own
-`probability` and from the `calibrated_probability` scoring serves (pipelines/recalibration.py,
-the estimate the scoring runs record as `expected_auroc`). Prints, per estimate over all days of
-all homes: the mean error against the real AUC, its mean absolute error, and the correlation of
-the two over days (does the estimate move when production does).
+`probability` and from the `calibrated_probability` scoring serves
+(pipelines/monitoring/recalibration.py, the estimate the scoring runs record as `expected_auroc`).
+Prints, per estimate over all days of all homes: the mean error against the real AUC, its mean
+absolute error, and the correlation of the two over days (does the estimate move when
+production does).
 """
 
 from __future__ import annotations

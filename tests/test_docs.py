@@ -365,8 +365,8 @@ def test_the_run_config_table_is_the_definitions(monkeypatch, tmp_path) -> None:
 
 def test_the_task_yaml_tables_are_the_loaders() -> None:
     from ml.promotion import GateConfig
-    from pipelines.model_spec import OPTIONAL, REQUIRED
-    from pipelines.thresholds import MonitoringSpec, PromotionSpec
+    from pipelines.task.model_spec import OPTIONAL, REQUIRED
+    from pipelines.task.thresholds import MonitoringSpec, PromotionSpec
 
     def defaults(cls: type, section: str) -> dict[str, str]:
         return {

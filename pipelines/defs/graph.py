@@ -35,7 +35,7 @@ from pipelines.lib.runs import (
 )
 from pipelines.settings import retraining_run_config
 from pipelines.task import Task
-from pipelines.thresholds import Trigger
+from pipelines.task.thresholds import Trigger
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import (

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
-from pipelines.contracts import TaskSpec
 from pipelines.ingestion import RAW_SCHEMA
 from pipelines.labeling import (
     LabelingSpec,
@@ -26,7 +25,8 @@ from pipelines.labeling.annotations import task_ids_named
 from pipelines.labeling.outcomes import is_outcomes_file, parse_outcomes, task_ids_in_outcomes
 from pipelines.lib.label_exchange import Delivery, LabelExchange
 from pipelines.lib.warehouse import WarehouseConnection, replace_rows
-from pipelines.model_spec import ModelSpec
+from pipelines.task.contracts import TaskSpec
+from pipelines.task.model_spec import ModelSpec
 
 DRIFT_FLAGS = "drift_flagged_segments"  # written by drift monitoring; absent until it runs
 

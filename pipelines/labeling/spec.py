@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from pipelines.contracts import TaskSpec
+from pipelines.task.contracts import TaskSpec
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 # A task's label budget when its YAML names none: examples sent to labeling per partition.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.contracts import TaskSpec
+from pipelines.task.contracts import TaskSpec
 
 
 def task_prefix(task: TaskSpec | str) -> list[str]:

@@ -6,7 +6,7 @@ from datetime import date
 
 import dagster as dg
 
-from pipelines.contracts import TaskSpec
+from pipelines.task.contracts import TaskSpec
 
 
 def landing_partitions(task: TaskSpec) -> dg.TimeWindowPartitionsDefinition:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.contracts import TASKS_DIR
 from pipelines.lib.dbt import dbt_project
 from pipelines.settings import REPO_ROOT
+from pipelines.task.contracts import TASKS_DIR
 
 WORKSPACE = REPO_ROOT / "workspace.yaml"
 # The dbt tags that put a model in the daily build (every landing partition) and in the

@@ -19,7 +19,7 @@ from pipelines.defs.monitoring.triggers import EVENT_DAY_TAG, TRIGGER_TAG
 from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import landing_settled
 from pipelines.lib.runs import RETRAINING_JOB, task_of
-from pipelines.thresholds import ALARMS, Trigger
+from pipelines.task.thresholds import ALARMS, Trigger
 from sim.driver.executor import RunExecutor, RunSummary, TickReport
 from sim.judge.alarms import CADENCE_TRIGGER
 

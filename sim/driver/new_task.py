@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from pipelines.contracts import next_start, partition_start
+from pipelines.task.contracts import next_start, partition_start
 from sim.driver.simulation import UsageError
 from sim.driver.task_sql import TaskModels, files
 from sim.world.file_source import column_name, day_of, read_table

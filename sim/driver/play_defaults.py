@@ -19,7 +19,7 @@ import argparse
 from dataclasses import dataclass, fields
 from datetime import date
 
-from pipelines.contracts import TaskSpec
+from pipelines.task.contracts import TaskSpec
 from sim.driver.simulation import RunOptions, UsageError
 from sim.world.replay import day_bounds
 

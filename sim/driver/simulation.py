@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from pipelines.contracts import TaskSpec
 from pipelines.lib.asset_keys import task_run_config
 from pipelines.resources import landing_zone
 from pipelines.settings import DAGSTER_URL, REPO_ROOT, flywheel_home, retraining_default
 from pipelines.task import load_task
+from pipelines.task.contracts import TaskSpec
 from sim.driver.console import say
 from sim.world.clock import read_clock, read_progress, write_clock, write_progress
 from sim.world.drift import PlantedDrift, planted, record

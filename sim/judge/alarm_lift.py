@@ -33,7 +33,7 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from pipelines.thresholds import ALARMS
+from pipelines.task.thresholds import ALARMS
 from sim.judge.alarms import CADENCE_TRIGGER, WORTH
 from sim.judge.statistics import block_indices, block_reading, holm
 

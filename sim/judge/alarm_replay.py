@@ -17,7 +17,7 @@ import pandas as pd
 
 from ml.sequential import excess_loss
 from pipelines.monitoring import replay_alarm
-from pipelines.thresholds import MonitoringSpec
+from pipelines.task.thresholds import MonitoringSpec
 from sim.judge.selection_screen import ScreenConfig, World, replay
 from sim.world.drift import PlantedDrift
 

@@ -23,9 +23,9 @@ from datetime import date, timedelta
 import numpy as np
 import pandas as pd
 
-from pipelines.cadence import Cadence, next_start
-from pipelines.contracts import TaskSpec
-from pipelines.thresholds import ALARMS, Trigger
+from pipelines.task.cadence import Cadence, next_start
+from pipelines.task.contracts import TaskSpec
+from pipelines.task.thresholds import ALARMS, Trigger
 from sim.judge.examples import Judged
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ml.config import FeatureConfig
-from pipelines.cadence import Cadence
+from pipelines.task.cadence import Cadence
 from sim.judge.reference import PlayedExamples, baseline_pools, fingerprint, fit_predict
 
 

@@ -29,8 +29,8 @@ from datetime import date
 import numpy as np
 import pandas as pd
 
-from pipelines.feed_checks import judge_humidity, parse_feed_checks
-from pipelines.thresholds import ALARMS
+from pipelines.task.feed_checks import judge_humidity, parse_feed_checks
+from pipelines.task.thresholds import ALARMS
 from sim.judge.paired import t_interval
 from sim.judge.policies import Play
 from sim.world.drift import PlantedDrift

@@ -5,8 +5,8 @@ late rate of the labels it trained on until it is replaced: its scores are then 
 high as a whole, however well they rank. The report measures, per week, the expected
 calibration error (ECE, ten equal-width bins) of the live scores (`probability`), and of the
 scores the loop serves corrected for the shift of the prior (`calibrated_probability`, each
-day's moved by the uniform labels of the 14 days before it: pipelines/recalibration.py), with
-the corrected scores' log loss. Binary labels only.
+day's moved by the uniform labels of the 14 days before it:
+pipelines/monitoring/recalibration.py), with the corrected scores' log loss. Binary labels only.
 """
 
 from __future__ import annotations

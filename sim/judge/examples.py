@@ -13,8 +13,8 @@ import pandas as pd
 
 from ml.labels import class_indices
 from ml.metrics import auroc, logloss, multiclass_logloss
-from pipelines.model_spec import ModelSpec
 from pipelines.task import Task, load_task
+from pipelines.task.model_spec import ModelSpec
 from sim.judge.per_class import class_report, macro_auc
 from sim.world.sources import outcomes_of
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from pipelines.lib.asset_keys import task_key
 from pipelines.lib.runs import RETRAINING_JOB, task_runs
-from pipelines.thresholds import ALARMS
+from pipelines.task.thresholds import ALARMS
 from sim.judge.examples import Judged
 
 

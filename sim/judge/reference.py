@@ -31,7 +31,7 @@ import pandas as pd
 from ml.config import FeatureConfig
 from ml.labels import class_indices
 from ml.metrics import auroc
-from pipelines.cadence import Cadence, next_start
+from pipelines.task.cadence import Cadence, next_start
 from sim.judge.per_class import macro_auc
 
 # HistGradientBoosting's native categorical support needs codes below its bin count; a larger

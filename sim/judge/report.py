@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from ml.config import FeatureConfig
-from pipelines.cadence import next_start
 from pipelines.lib.registry import (
     DATASET_TAG,
     load_model,
@@ -28,8 +27,9 @@ from pipelines.lib.registry import (
     registered_name,
     versions,
 )
-from pipelines.recalibration import CALIBRATED
+from pipelines.monitoring.recalibration import CALIBRATED
 from pipelines.task import load_task
+from pipelines.task.cadence import next_start
 from sim.judge import alarms, history
 from sim.judge.baseline_fits import BaselineFits
 from sim.judge.calibration import weekly_calibration

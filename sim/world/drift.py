@@ -4,7 +4,7 @@ line as `KIND[:OPTION]@YYYY-MM-DD`. Three kinds, each with values the landing co
 - `celsius` (a feed's units): temperatures and dew points of the weather feed arrive in degrees
   Celsius instead of Fahrenheit, the relative humidity as before. Every value still passes the
   landing contract, so no column's own bounds catch it. The weather feed's humidity check does
-  (pipelines/feed_checks.py, `checks: humidity:` in pipelines/tasks/flights.yaml):
+  (pipelines/task/feed_checks.py, `checks: humidity:` in pipelines/tasks/flights.yaml):
   the humidity the two readings imply no longer matches the reported one, and with
   `quarantine: true` each such day's rows go to the quarantine.
 - `concept[:CARRIER]` (the outcome): the carrier's flights are late with a probability raised by

@@ -16,9 +16,9 @@ from datetime import date
 
 import pandas as pd
 
-from pipelines.contracts import FeedSpec, TaskSpec
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.task import load_task
+from pipelines.task.contracts import FeedSpec, TaskSpec
 from sim.world.drift import Transform
 from sim.world.sources import source_of
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import duckdb
 
-from pipelines.contracts import TASKS_DIR
 from pipelines.ingestion import ensure_raw_tables
 from pipelines.lib.dbt import DBT_PROJECT_DIR
 from pipelines.lib.warehouse import DuckDBConnection
 from pipelines.task import load_task
+from pipelines.task.contracts import TASKS_DIR
 from tests.pipelines.killing import lock_holder
 
 

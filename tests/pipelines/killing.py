@@ -18,8 +18,8 @@ import dagster as dg
 import duckdb
 import pytest
 
-from pipelines.contracts import default_task_name
 from pipelines.lib.landing_zone import LocalLandingZone, changed_files
+from pipelines.task.contracts import default_task_name
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER_YAML = REPO / "deploy" / "dagster.yaml"

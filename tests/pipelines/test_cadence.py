@@ -7,17 +7,17 @@ from datetime import date
 
 import pytest
 
-from pipelines.cadence import next_start, partition_start, partition_starts
-from pipelines.contracts import read_contracts
-from pipelines.feed_checks import (
+from pipelines.ingestion.validation import validate_file
+from pipelines.lib.partitions import landing_partitions
+from pipelines.task.cadence import next_start, partition_start, partition_starts
+from pipelines.task.contracts import read_contracts
+from pipelines.task.feed_checks import (
     FreshnessRule,
     VolumeRule,
     baseline_days,
     judge_freshness,
     judge_volume,
 )
-from pipelines.lib.partitions import landing_partitions
-from pipelines.validation import validate_file
 
 TASK_YAML = """
 task: events

@@ -107,9 +107,9 @@ def test_the_workspace_serves_each_task_as_a_code_location_of_its_own(tmp_path, 
     """`workspace.yaml` lists one code location per task file; each location's assets live under
     its task's name, its jobs tag their runs with it, and its schedule follows its cadence."""
     import pipelines.definitions as module
-    from pipelines.cadence import RETRAINING_CRON
     from pipelines.lib.runs import TASK_TAG
     from pipelines.task import load_task, task_names
+    from pipelines.task.cadence import RETRAINING_CRON
 
     monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path))
     workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())

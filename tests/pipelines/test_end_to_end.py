@@ -36,7 +36,7 @@ from pipelines.lib.registry import versions as model_versions
 from pipelines.lib.runs import full_pool_holders
 from pipelines.resources import label_store
 from pipelines.task import load_task
-from pipelines.thresholds import Trigger
+from pipelines.task.thresholds import Trigger
 from sim.driver.in_process import FlywheelDriver
 from sim.world.annotators import LabelingService
 from sim.world.drift import PlantedDrift

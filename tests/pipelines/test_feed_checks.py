@@ -12,14 +12,14 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from pipelines.feed_checks import (
+from pipelines.task import load_task
+from pipelines.task.feed_checks import (
     FreshnessRule,
     VolumeRule,
     baseline_days,
     judge_freshness,
     judge_volume,
 )
-from pipelines.task import load_task
 from sim.world.replay import day_files, land_days
 from tests.pipelines.conftest import source_rows, source_table
 
@@ -323,7 +323,7 @@ def weather_days() -> dict[str, pd.DataFrame]:
 
 
 def test_every_real_weather_day_of_2013_passes_and_every_celsius_day_fails():
-    from pipelines.feed_checks import judge_humidity
+    from pipelines.task.feed_checks import judge_humidity
 
     rule = POLICY.humidity["weather"]
     days = weather_days()
@@ -348,7 +348,7 @@ def test_every_real_weather_day_of_2013_passes_and_every_celsius_day_fails():
 
 
 def test_implied_humidity_is_the_magnus_formula():
-    from pipelines.feed_checks import implied_humidity
+    from pipelines.task.feed_checks import implied_humidity
 
     # Saturated air: the dew point is the temperature; 20 C at a 10 C dew point is about 52.6%.
     assert implied_humidity([50.0, 68.0], [50.0, 50.0]) == pytest.approx([100.0, 52.6], abs=0.1)
@@ -413,7 +413,7 @@ def test_a_day_of_weather_in_celsius_is_quarantined_and_its_flights_built_withou
 
 
 def test_a_file_quarantined_whole_keeps_every_row_with_its_line_and_own_reason():
-    from pipelines.validation import validate_file
+    from pipelines.ingestion.validation import validate_file
 
     task = load_task()
     feed, day = task.feeds["weather"], "2013-06-01"

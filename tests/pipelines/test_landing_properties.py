@@ -23,11 +23,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.contracts import ColumnSpec, FeedSpec
 from pipelines.ingestion import RAW_SCHEMA, ensure_raw_tables, load_validated, raw_table_columns
+from pipelines.ingestion.validation import LandingFileError, ValidatedFile, validate_file
 from pipelines.lib.warehouse import DuckDBConnection
 from pipelines.task import load_task
-from pipelines.validation import LandingFileError, ValidatedFile, validate_file
+from pipelines.task.contracts import ColumnSpec, FeedSpec
 from sim.world.replay import day_files, dimension_files
 from tests.pipelines.fuzzing import LONG, QUICK, mutate_bytes
 

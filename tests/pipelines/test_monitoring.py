@@ -17,7 +17,7 @@ from pipelines.defs.monitoring.triggers import build_monitoring_triggers, in_coo
 from pipelines.lib.runs import TASK_TAG
 from pipelines.lib.warehouse import DuckDBWarehouse, replace_rows
 from pipelines.monitoring import drift_table, flagged_segments, realized_performance
-from pipelines.thresholds import MonitoringSpec, Trigger
+from pipelines.task.thresholds import MonitoringSpec, Trigger
 
 TASK = "flights"
 POLICY = MonitoringSpec(

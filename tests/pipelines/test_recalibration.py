@@ -1,5 +1,5 @@
-"""The served probability moved to the recent prior (pipelines/recalibration.py), on planted
-scores: a doubled late rate is corrected from the uniform labels known before each day."""
+"""The served probability moved to the recent prior (pipelines/monitoring/recalibration.py), on
+planted scores: a doubled late rate is corrected from the uniform labels known before each day."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from ml.calibration import shift
 from ml.metrics import expected_calibration_error, logloss
-from pipelines.recalibration import DELIVERED, OUTCOME, recalibrate, window_of
-from pipelines.thresholds import MonitoringSpec
+from pipelines.monitoring.recalibration import DELIVERED, OUTCOME, recalibrate, window_of
+from pipelines.task.thresholds import MonitoringSpec
 
 
 def test_a_planted_prior_shift_is_corrected_from_the_labels_known_before_each_day() -> None:
@@ -78,7 +78,7 @@ def test_a_negative_window_or_no_minimum_is_refused(settings) -> None:
 
 def test_before_any_label_table_exists_there_is_nothing_to_move_by(tmp_path) -> None:
     from pipelines.lib.warehouse import DuckDBWarehouse
-    from pipelines.recalibration import uniform_labels
+    from pipelines.monitoring.recalibration import uniform_labels
     from pipelines.task import load_task
 
     with DuckDBWarehouse(path=str(tmp_path / "w.duckdb")).connect() as con:
@@ -89,7 +89,7 @@ def test_before_any_label_table_exists_there_is_nothing_to_move_by(tmp_path) -> 
 def test_a_predictions_table_made_before_the_column_gets_it_once(tmp_path) -> None:
     from pipelines.defs.scoring.assets import ensure_predictions_table
     from pipelines.lib.warehouse import DuckDBWarehouse
-    from pipelines.recalibration import CALIBRATED
+    from pipelines.monitoring.recalibration import CALIBRATED
     from pipelines.task import load_task
 
     spec = load_task("flights").model

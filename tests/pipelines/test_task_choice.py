@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines import contracts
-from pipelines.task import load_task, task_name
+from pipelines.task import contracts, load_task, task_name
 
 
 def test_the_setting_names_the_task_else_the_file_marked_default(monkeypatch) -> None:

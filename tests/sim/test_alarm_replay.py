@@ -7,7 +7,7 @@ from datetime import date
 import numpy as np
 import pandas as pd
 
-from pipelines.thresholds import MonitoringSpec
+from pipelines.task.thresholds import MonitoringSpec
 from sim.judge.alarm_replay import EPOCH, alarms, concept_break, daily_excess, first_alarm_after
 from sim.judge.selection_screen import ScreenConfig, World
 from tests.sim.test_selection_screen import FEATURES, synthetic_world

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.cadence import next_start
+from pipelines.task.cadence import next_start
 from sim.judge import alarms
 from sim.judge.examples import Judged
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pipelines.ingestion.validation import validate_file
 from pipelines.task import load_task
-from pipelines.validation import validate_file
 from sim.driver.simulation import UsageError, planted_break
 from sim.judge.examples import Judged
 from sim.world import nycflights

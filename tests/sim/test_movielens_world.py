@@ -10,10 +10,10 @@ from datetime import date
 import pandas as pd
 import pytest
 
-from pipelines.cadence import partition_starts
-from pipelines.contracts import read_contracts
+from pipelines.ingestion.validation import validate_file
 from pipelines.lib.landing_zone import LocalLandingZone
-from pipelines.validation import validate_file
+from pipelines.task.cadence import partition_starts
+from pipelines.task.contracts import read_contracts
 from sim.world.movielens import rows_per_month, true_ratings
 from sim.world.replay import day_files, dimension_files, land_days
 

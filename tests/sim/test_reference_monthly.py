@@ -11,7 +11,7 @@ import pytest
 
 from ml.config import FeatureConfig
 from ml.labels import class_indices
-from pipelines.cadence import next_start
+from pipelines.task.cadence import next_start
 from sim.judge.baseline_fits import BaselineFits
 from sim.judge.examples import Judged
 from sim.judge.reference import (

@@ -9,9 +9,9 @@ from pipelines.labeling.selection import REASON_COLUMN, importance_weights
 from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
-from pipelines.model_spec import ModelSpec
 from pipelines.settings import retraining_default
 from pipelines.task import Task
+from pipelines.task.model_spec import ModelSpec
 
 
 class DatasetConfig(dg.Config):

@@ -20,8 +20,8 @@ from pipelines.lib.registry import (
 )
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import Warehouse
-from pipelines.model_spec import ModelSpec
-from pipelines.thresholds import PromotionSpec
+from pipelines.task.model_spec import ModelSpec
+from pipelines.task.thresholds import PromotionSpec
 
 if TYPE_CHECKING:
     from ml.config import FeatureConfig

@@ -11,7 +11,7 @@ from ml.evaluation import METRICS, evaluation_summary, overall_by_model
 from pipelines.defs.evaluation.challenger_evaluation import ChallengerEvaluation
 from pipelines.lib.registry import PROFILE_ARTIFACT, ModelVersion, log_json, log_png
 from pipelines.lib.tracking import MlflowTracker
-from pipelines.thresholds import PromotionSpec
+from pipelines.task.thresholds import PromotionSpec
 
 
 def log_evaluation(

@@ -3,7 +3,6 @@
 import dagster as dg
 import pandas as pd
 
-from pipelines.contracts import FeedSpec, TaskSpec
 from pipelines.defs.ingestion.checks import (
     FRESHNESS,
     HUMIDITY,
@@ -16,12 +15,13 @@ from pipelines.defs.ingestion.checks import (
     refuse_redeliveries,
     volume_result,
 )
-from pipelines.feed_checks import FeedChecks, baseline_days
 from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
 from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
+from pipelines.task.contracts import FeedSpec, TaskSpec
+from pipelines.task.feed_checks import FeedChecks, baseline_days
 
 GROUP = "ingestion"
 

@@ -19,8 +19,13 @@ from collections.abc import Collection, Mapping, Sequence
 import dagster as dg
 import pandas as pd
 
-from pipelines.contracts import FeedSpec, TaskSpec
-from pipelines.feed_checks import (
+from pipelines.ingestion import RAW_SCHEMA, DayLoad
+from pipelines.ingestion.validation import ValidatedFile
+from pipelines.lib.asset_keys import task_key
+from pipelines.lib.landing_zone import LandingFile
+from pipelines.lib.warehouse import WarehouseConnection
+from pipelines.task.contracts import FeedSpec, TaskSpec
+from pipelines.task.feed_checks import (
     SEVERITY_RANK,
     FreshnessRule,
     FreshnessVerdict,
@@ -31,11 +36,6 @@ from pipelines.feed_checks import (
     judge_humidity,
     judge_volume,
 )
-from pipelines.ingestion import RAW_SCHEMA, DayLoad
-from pipelines.lib.asset_keys import task_key
-from pipelines.lib.landing_zone import LandingFile
-from pipelines.lib.warehouse import WarehouseConnection
-from pipelines.validation import ValidatedFile
 
 VOLUME = "volume"
 FRESHNESS = "freshness"

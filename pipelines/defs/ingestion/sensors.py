@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from pipelines.contracts import DAILY_KEY, DIMENSION_KEY, TaskSpec
 from pipelines.defs.ingestion.checks import freshness_evaluations
 from pipelines.lib.asset_keys import task_key
 from pipelines.lib.landing_zone import LandingZone, held_back, seen_keys, settled_changes
+from pipelines.task.contracts import DAILY_KEY, DIMENSION_KEY, TaskSpec
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
     from dagster._core.definitions.unresolved_asset_job_definition import (

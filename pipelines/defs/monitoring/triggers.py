@@ -1,5 +1,5 @@
 """What asks for a retraining: the excess-loss alarm, drift, decayed performance, and the schedule
-(`pipelines.thresholds.Trigger` names them).
+(`pipelines.task.thresholds.Trigger` names them).
 
 The sensors read the monitoring assets' materializations in storage order. An event is a
 monitored day whose materialization says it crossed a threshold (the assets apply the task's
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from pipelines.cadence import RETRAINING_CRON, Cadence
 from pipelines.lib.runs import TASK_TAG, task_runs
-from pipelines.thresholds import ALARMS, MonitoringSpec, Trigger
+from pipelines.task.cadence import RETRAINING_CRON, Cadence
+from pipelines.task.thresholds import ALARMS, MonitoringSpec, Trigger
 
 if TYPE_CHECKING:  # what dg.define_asset_job returns; not exported by dagster
     from dagster._core.definitions.unresolved_asset_job_definition import (

@@ -12,16 +12,16 @@ from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.registry import DIGEST_TAG, champion, registered_name, serving_model
 from pipelines.lib.tracking import MlflowTracker
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse, WarehouseConnection, replace_rows
-from pipelines.model_spec import ModelSpec
-from pipelines.recalibration import CALIBRATED, recalibrate, uniform_labels, window_of
+from pipelines.monitoring.recalibration import CALIBRATED, recalibrate, uniform_labels, window_of
 from pipelines.task import Task
+from pipelines.task.model_spec import ModelSpec
 
 
 def ensure_predictions_table(con: WarehouseConnection, spec: ModelSpec) -> None:
     """Create the predictions table (keys typed like the features') if it does not exist: the
     score (`probability`: P(true), or the expected class over K - 1) and, for K classes, each
     class's probability; for two, P(true) moved to the recent prior (`calibrated_probability`,
-    pipelines/recalibration.py), added to a table made before it had one."""
+    pipelines/monitoring/recalibration.py), added to a table made before it had one."""
     table = spec.predictions_table
     binary = not spec.class_columns
     if con.has_relation(table):
@@ -142,10 +142,10 @@ def calibrated(
     rows: pd.DataFrame,
     score: Callable[[pd.DataFrame], np.ndarray],
 ) -> tuple[np.ndarray, dict[str, object]]:
-    """A binary task's scored `rows` moved to the recent prior (pipelines/recalibration.py),
-    and what to record of it: the newest day's shift and the labels behind it, the mean
-    calibrated probability, and the AUC the calibrated scores expect (a label-free estimate
-    of the day's performance, ml.metrics.expected_auroc)."""
+    """A binary task's scored `rows` moved to the recent prior
+    (pipelines/monitoring/recalibration.py), and what to record of it: the newest day's shift and
+    the labels behind it, the mean calibrated probability, and the AUC the calibrated scores
+    expect (a label-free estimate of the day's performance, ml.metrics.expected_auroc)."""
     from ml.metrics import expected_auroc
 
     monitoring, day = task.monitoring, task.model.time_column

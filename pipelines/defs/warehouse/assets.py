@@ -8,7 +8,6 @@ from functools import cache
 import dagster as dg
 from dagster_dbt import DbtCliResource, dbt_assets
 
-from pipelines.contracts import TaskSpec
 from pipelines.lib.dbt import (
     FlywheelDbtTranslator,
     build_command,
@@ -18,6 +17,7 @@ from pipelines.lib.dbt import (
 )
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
+from pipelines.task.contracts import TaskSpec
 
 DAILY_TAG = "daily"
 TRAINING_TAG = "training"

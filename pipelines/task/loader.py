@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from pipelines.contracts import TASKS_DIR, TaskSpec, default_task_name, read_contracts
-from pipelines.feed_checks import FeedChecks, parse_feed_checks
 from pipelines.labeling.spec import LabelingSpec, parse_labeling_spec
-from pipelines.model_spec import ModelSpec, parse_model_spec
 from pipelines.settings import TASK_NAME
-from pipelines.thresholds import MonitoringSpec, PromotionSpec, parse_thresholds
+from pipelines.task.contracts import TASKS_DIR, TaskSpec, default_task_name, read_contracts
+from pipelines.task.feed_checks import FeedChecks, parse_feed_checks
+from pipelines.task.model_spec import ModelSpec, parse_model_spec
+from pipelines.task.thresholds import MonitoringSpec, PromotionSpec, parse_thresholds
 
 SECTIONS = (
     "task",

@@ -7,8 +7,8 @@ from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 
 from ml.promotion import GateConfig
-from pipelines.contracts import TaskSpec
 from pipelines.settings import RETRAIN_ON
+from pipelines.task.contracts import TaskSpec
 
 
 class Trigger(StrEnum):
@@ -69,9 +69,9 @@ class MonitoringSpec:
     # retraining schedule. One left out still watches: its sensor logs each event it would have
     # acted on (the drift asset's materializations keep every day's verdict), and requests none.
     retrain_on: tuple[str, ...] = (Trigger.EXCESS_LOSS, Trigger.SCHEDULE)
-    # A binary task's served `calibrated_probability` (pipelines/recalibration.py): each day the
-    # champion's log-odds move so that its scores of the uniformly drawn examples labelled in
-    # these days before average their labels; fewer labels than the minimum: no move; 0: off.
+    # A binary task's served `calibrated_probability` (pipelines/monitoring/recalibration.py): each
+    # day the champion's log-odds move so that its scores of the uniformly drawn examples labelled
+    # in these days before average their labels; fewer labels than the minimum: no move; 0: off.
     recalibration_days: int = 14
     recalibration_min_labels: int = 100
 

@@ -19,7 +19,7 @@ from ml.drift import TrainingProfile, feature_drift, segment_shift
 from ml.labels import class_indices
 from ml.metrics import auroc, logloss, multiclass_metrics
 from ml.sequential import cusum, cusum_threshold, excess_loss
-from pipelines.thresholds import MonitoringSpec
+from pipelines.task.thresholds import MonitoringSpec
 
 
 def drift_table(

@@ -16,9 +16,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from pipelines.cadence import Cadence, comparable_before, partition_start, partition_starts
-from pipelines.contracts import TaskSpec
-from pipelines.thresholds import build_settings
+from pipelines.task.cadence import Cadence, comparable_before, partition_start, partition_starts
+from pipelines.task.contracts import TaskSpec
+from pipelines.task.thresholds import build_settings
 
 Severity = Literal["pass", "warn", "error"]
 SEVERITY_RANK: dict[str, int] = {"pass": 0, "warn": 1, "error": 2}

@@ -21,7 +21,7 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 import pandas as pd
 
-from pipelines.contracts import ColumnSpec, FeedSpec
+from pipelines.task.contracts import ColumnSpec, FeedSpec
 
 # A decimal number in plain or scientific notation, blanks around it allowed; no inf, nan, hex,
 # digit separators or non-ASCII digits (which Python's own int() and float() would accept).

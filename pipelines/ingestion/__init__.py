@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
-from pipelines.contracts import SQL_TYPES, FeedSpec, TaskSpec
+from pipelines.ingestion.validation import ValidatedFile, validate_file
 from pipelines.lib.landing_zone import LandingZone
 from pipelines.lib.warehouse import WarehouseConnection
-from pipelines.validation import ValidatedFile, validate_file
+from pipelines.task.contracts import SQL_TYPES, FeedSpec, TaskSpec
 
 RAW_SCHEMA = "raw"
 QUARANTINE_COLUMNS = {

@@ -14,12 +14,12 @@ from typing import Literal
 
 import yaml
 
-from pipelines.cadence import Cadence, check_cadence, next_start, partition_start
+from pipelines.task.cadence import Cadence, check_cadence, next_start, partition_start
 
 ColumnType = Literal["integer", "float", "string", "timestamp"]
 FeedKind = Literal["daily", "dimension"]
 
-TASKS_DIR = Path(__file__).parent / "tasks"
+TASKS_DIR = Path(__file__).parents[1] / "tasks"
 DAILY_KEY = re.compile(r"^(?P<feed>[a-z_]+)/(?P<day>\d{4}-\d{2}-\d{2})\.csv$")
 DIMENSION_KEY = re.compile(r"^dimension/(?P<feed>[a-z_]+)\.csv$")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ml.config import FeatureConfig
 from ml.evaluation import SliceKey, bands
-from pipelines.contracts import TaskSpec
+from pipelines.task.contracts import TaskSpec
 
 # The training datasets' column of each label's importance weight (pipelines/labeling/selection.py).
 WEIGHT_COLUMN = "sample_weight"
