@@ -94,8 +94,8 @@ def test_importance_weights_travel_with_every_split(flywheel, dvc_repo, tmp_path
         assert (frame.selection_reason == "audit").sum() == 10 * frame.flight_date.nunique()
 
 
-def test_too_few_labelled_days_is_a_clear_error(flywheel, dvc_repo):
-    write_examples(flywheel.warehouse, days=10)
+def failed_dataset(flywheel):
+    """The step failure of a `training_dataset` run that must fail."""
     defs = build_definitions(env="local")
     result = defs.resolve_job_def("__ASSET_JOB").execute_in_process(
         instance=flywheel.instance,
@@ -103,7 +103,12 @@ def test_too_few_labelled_days_is_a_clear_error(flywheel, dvc_repo):
         raise_on_error=False,
     )
     assert not result.success
-    error = result.get_step_failure_events()[0].event_specific_data.error
+    return result.get_step_failure_events()[0].event_specific_data
+
+
+def test_too_few_labelled_days_is_a_clear_error(flywheel, dvc_repo):
+    write_examples(flywheel.warehouse, days=10)
+    error = failed_dataset(flywheel).error
     assert "10 labelled days cannot be split" in str(error.cause.message)
 
 
@@ -117,15 +122,7 @@ def test_a_split_of_one_class_is_refused_naming_it_before_any_version_is_cut(fly
     with duckdb.connect(str(flywheel.warehouse)) as con:
         con.register("frame", frame)
         con.execute("create or replace table fct_labelled_flights as select * from frame")
-    defs = build_definitions(env="local")
-    result = defs.resolve_job_def("__ASSET_JOB").execute_in_process(
-        instance=flywheel.instance,
-        asset_selection=[dg.AssetKey(["flights", "training_dataset"])],
-        raise_on_error=False,
-    )
-    assert not result.success
-    failure = result.get_step_failure_events()[0].event_specific_data
-    message = str(failure.user_failure_data.description)
+    message = str(failed_dataset(flywheel).user_failure_data.description)
     expected = "the test split (280 labels, 2013-03-24 to 2013-03-30) holds only is_late=False"
     assert expected in message
     assert "validation" not in message.split(":")[0] and "labels.budget" in message
