@@ -113,8 +113,8 @@ def test_too_few_labelled_days_is_a_clear_error(flywheel, dvc_repo):
 
 
 def test_a_split_of_one_class_is_refused_naming_it_before_any_version_is_cut(flywheel, dvc_repo):
-    """A small task's held-out days can hold no positive label at all (the emails' second
-    week held one spam in 246): no model is fitted or judged on one class, so the dataset is
+    """A small task's held-out days can hold no positive label at all (the emails' January 9
+    to 15 held 2 spam in 231): no model is fitted or judged on one class, so the dataset is
     refused with the split, its days and its one value, and nothing is pushed."""
     frame = write_examples(flywheel.warehouse, days=30)
     test_days = frame.flight_date >= sorted(set(frame.flight_date))[-7]

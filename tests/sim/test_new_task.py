@@ -91,7 +91,7 @@ def test_a_file_becomes_a_task_that_plays_to_a_report_with_no_python_written(tmp
     a first model and a report."""
     root = copy_of_repository(tmp_path / "repo")
     sample = tmp_path / "emails.csv"
-    # From January 16: the week before has one spam in 246 emails, too few to hold out.
+    # From January 16: January 9 to 15 held 2 spam in 231 emails, too few to hold out.
     emails(20, skip=15).to_csv(sample, index=False)
     home = tmp_path / "home"
     (home / "dagster").mkdir(parents=True)
