@@ -105,7 +105,7 @@ def build_asset_graph(task: Task) -> AssetGraph:
         label_tasks=label_tasks,
         labels=labels,
         datasets=build_dataset_assets(task),
-        training=build_training_assets(task.name, task.model.features),
+        training=build_training_assets(task.name, task.model.features, task.model.time_column),
         evaluation=build_evaluation_assets(task),
     )
 

@@ -51,7 +51,7 @@ def parse_label_studio_export(
     items, problem = _load_items(data)
     if problem is not None:
         record = data[:2000].decode("utf-8", errors="replace")
-        return _frames([], [_rejection(key, None, None, problem, record)], spec)
+        return label_frames([], [rejection(key, None, None, problem, record)], spec)
     accepted: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
     labelled_here: dict[str, str] = {}
@@ -59,15 +59,15 @@ def parse_label_studio_export(
         if _nested_deeper(item, MAX_NESTING):
             # Its JSON text could not be rebuilt within Python's recursion limit: no record.
             problem = f"item nested deeper than {MAX_NESTING} levels"
-            rejected.append(_rejection(key, index, None, problem, None))
+            rejected.append(rejection(key, index, None, problem, None))
             continue
         task_id, problem = _check_item(item, awaiting, already_labelled, labelled_here, spec)
         if problem is not None:
-            rejected.append(_rejection(key, index, task_id, problem, _dumps(item)))
+            rejected.append(rejection(key, index, task_id, problem, _dumps(item)))
             continue
         winner, losers = _resolve_annotations(item["annotations"], spec)
         for annotation, reason in losers:
-            rejected.append(_rejection(key, index, task_id, reason, _dumps(annotation)))
+            rejected.append(rejection(key, index, task_id, reason, _dumps(annotation)))
         if winner is not None:
             label, annotated_at, annotation_id = winner
             labelled_here[task_id] = f"annotation {annotation_id} in item {index} of {key}"
@@ -81,7 +81,7 @@ def parse_label_studio_export(
                     "source_file": key,
                 }
             )
-    return _frames(accepted, rejected, spec)
+    return label_frames(accepted, rejected, spec)
 
 
 def task_ids_named(data: bytes) -> set[str]:
@@ -220,13 +220,13 @@ def _check_annotation(annotation: Any, spec: LabelingSpec) -> Valid | str:
     label = choices[0][0]
     if not isinstance(label, str) or label not in spec.choices:
         return f"label {_quote(label)} not in {allowed}"
-    known_at = _utc(annotation.get("updated_at"))
+    known_at = utc_timestamp(annotation.get("updated_at"))
     if isinstance(known_at, str):
         return f"updated_at {_quote(annotation.get('updated_at'))} {known_at}"
     return label, known_at, annotation_id
 
 
-def _utc(text: Any) -> pd.Timestamp | str:
+def utc_timestamp(text: Any) -> pd.Timestamp | str:
     """A naive UTC timestamp from ISO text (no zone means UTC), or why it is not one."""
     if not isinstance(text, str):
         return "is not an ISO timestamp"
@@ -242,7 +242,7 @@ def _utc(text: Any) -> pd.Timestamp | str:
     return pd.Timestamp(moment)
 
 
-def _rejection(
+def rejection(
     key: str, item: int | None, task_id: str | None, reason: str, record: str | None
 ) -> dict:
     if task_id is not None:
@@ -267,7 +267,7 @@ def _dumps(value: Any) -> str:
     return text
 
 
-def _frames(
+def label_frames(
     accepted: list[dict], rejected: list[dict], spec: LabelingSpec
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     good = pd.DataFrame(accepted, columns=list(accepted_columns(spec))).astype(

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipelines.labeling.annotations import _frames, _rejection, _utc
+from pipelines.labeling.annotations import label_frames, rejection, utc_timestamp
 from pipelines.labeling.spec import LabelingSpec
 
 SUFFIXES = (".csv", ".parquet")
@@ -35,13 +35,19 @@ def is_outcomes_file(key: str) -> bool:
     return key.endswith(SUFFIXES)
 
 
+def text_table(source: Any, parquet: bool) -> pd.DataFrame:
+    """A CSV or Parquet file (a path or a file object), every value as text, missing ones empty:
+    read the same whatever types a writer gave its columns."""
+    if parquet:
+        frame = pd.read_parquet(source)
+        return frame.astype(object).where(frame.notna(), "").astype(str)
+    return pd.read_csv(source, dtype=str, keep_default_na=False)
+
+
 def read_outcomes(key: str, data: bytes) -> tuple[pd.DataFrame | None, str | None]:
     """The file's rows, every value as text; or why it cannot be read."""
     try:
-        if key.endswith(".parquet"):
-            frame = pd.read_parquet(io.BytesIO(data))
-            return frame.astype(object).where(frame.notna(), "").astype(str), None
-        return pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False), None
+        return text_table(io.BytesIO(data), parquet=key.endswith(".parquet")), None
     except Exception as e:  # a file that is no CSV or Parquet: one rejected row names it
         return None, f"is not a readable {key.rsplit('.', 1)[-1]} file ({type(e).__name__})"
 
@@ -80,14 +86,14 @@ def parse_outcomes(
         problem = f"has no columns {missing} (it needs {list(columns)})"
     if problem is not None:
         record = data[:2000].decode("utf-8", errors="replace")
-        return _frames([], [_rejection(key, None, None, problem, record)], spec)
+        return label_frames([], [rejection(key, None, None, problem, record)], spec)
     accepted, rejected, here = [], [], {}
     for index, row in enumerate(frame[list(columns)].to_dict("records")):
         line = index + 2  # the header is line 1
         record = json.dumps(row, ensure_ascii=False)
         task_id = spec.task_id(row[spec.example_id]) if row[spec.example_id] else None
         known, value = _value(row[spec.label], spec)
-        moment = _utc(row[KNOWN_AT])
+        moment = utc_timestamp(row[KNOWN_AT])
         reason = None
         if task_id is None:
             reason = f"has no {spec.example_id}"
@@ -104,7 +110,7 @@ def parse_outcomes(
         elif delivered_at is not None and moment > delivered_at:
             reason = f"known_at {moment} is after the delivery ({delivered_at})"
         if reason is not None:
-            rejected.append(_rejection(key, line, task_id, reason, record))
+            rejected.append(rejection(key, line, task_id, reason, record))
             continue
         here[task_id] = line
         accepted.append(
@@ -117,4 +123,4 @@ def parse_outcomes(
                 "source_file": key,
             }
         )
-    return _frames(accepted, rejected, spec)
+    return label_frames(accepted, rejected, spec)

@@ -11,6 +11,7 @@ the workspace file, and says what to add where; `check_wiring` raises them all a
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -111,13 +112,25 @@ def workspace_problems(task, workspace: Path = WORKSPACE) -> list[str]:
     ]
 
 
+def parsed_manifest() -> dict:
+    """The parsed dbt project's manifest, read once per version of the file (each task's code
+    location reads it to check its wiring and to find its incremental models)."""
+    path = Path(dbt_project.manifest_path)
+    return _manifest_at(path, path.stat().st_mtime_ns)
+
+
+@cache
+def _manifest_at(path: Path, modified_ns: int) -> dict:
+    return json.loads(path.read_text())
+
+
 def wiring_problems(task, manifest: dict | None = None, workspace: Path = WORKSPACE) -> list[str]:
     """Every wiring problem of `task` (a `pipelines.task.Task`), each naming its fix."""
     if manifest is None:
-        path = Path(dbt_project.manifest_path)
-        if not path.exists():
-            return [f"the dbt project is not parsed ({path} is missing): run {PARSE}"]
-        manifest = json.loads(path.read_text())
+        if not Path(dbt_project.manifest_path).exists():
+            missing = dbt_project.manifest_path
+            return [f"the dbt project is not parsed ({missing} is missing): run {PARSE}"]
+        manifest = parsed_manifest()
     return dbt_problems(task, manifest) + workspace_problems(task, workspace)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipelines.labeling.outcomes import text_table
 from pipelines.settings import REPO_ROOT
 from pipelines.task import load_task
 
@@ -88,19 +89,22 @@ def read_table(path: Path) -> pd.DataFrame:
     the file's own on every run."""
     if not path.is_file():
         raise FileNotFoundError(f"the replayed file {path} does not exist")
-    if path.suffix.lower() in (".parquet", ".pq"):
-        frame = pd.read_parquet(path)
-        return frame.astype(object).where(frame.notna(), "").astype(str)
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
+    return text_table(path, parquet=path.suffix.lower() in (".parquet", ".pq"))
 
 
-def day_of(values: pd.Series, where: str) -> pd.Series:
-    """The UTC date of each time value (a date, or a timestamp with or without a zone)."""
+def times_of(values: pd.Series, where: str) -> pd.Series:
+    """Each time value (a date, or a timestamp with or without a zone) in UTC; a value that is
+    none is an error naming how many and the first."""
     times = pd.to_datetime(values, utc=True, errors="coerce", format="mixed")
     if bad := int(times.isna().sum()):
         first = values[times.isna()].iloc[0]
         raise ValueError(f"{where}: {bad} rows have no readable time, the first {first!r}")
-    return times.dt.strftime("%Y-%m-%d")
+    return times
+
+
+def day_of(values: pd.Series, where: str) -> pd.Series:
+    """The UTC date of each time value, as YYYY-MM-DD."""
+    return times_of(values, where).dt.strftime("%Y-%m-%d")
 
 
 @dataclass(frozen=True)
@@ -166,14 +170,15 @@ def _load(path: Path) -> FileSource:
     for column in (spec.time, spec.outcome, *([spec.id] if spec.id else [])):
         if column not in frame.columns:
             raise ValueError(f"{where}: no column {column!r}; it has {list(frame.columns)}")
-    days = day_of(frame[spec.time], f"{where}, column {spec.time!r}")
+    times = times_of(frame[spec.time], f"{where}, column {spec.time!r}")
+    days = times.dt.strftime("%Y-%m-%d")
     ids = frame[spec.id] if spec.id else pd.Series(range(1, len(frame) + 1)).astype(str)
     example_id = task.labeling.example_id
     frame = frame.assign(**{example_id: days.values + "_" + ids.astype(str).values})
     if frame[example_id].duplicated().any():
         raise ValueError(f"{where}: the ids in {spec.id!r} are not unique within a day")
     partitions = days.map(lambda d: task.partition_of(date.fromisoformat(d)))
-    order = pd.to_datetime(frame[spec.time], utc=True, format="mixed").argsort(kind="stable")
+    order = times.argsort(kind="stable")
     frame, partitions = frame.iloc[order], partitions.iloc[order]
     choices = task.labeling.choices
     outcomes = {

@@ -60,7 +60,7 @@ class Log:
 
 
 def test_a_running_count_in_the_training_partitions_is_warned_of(tmp_path: Path) -> None:
-    flagged = time_tracking(dataset(tmp_path / "dataset"), FEATURES)
+    flagged = time_tracking(dataset(tmp_path / "dataset"), FEATURES, "row_date")
 
     assert [t.feature for t in flagged] == ["labelled_so_far"]
     # Train and validation: every day before the test week.
@@ -72,7 +72,7 @@ def test_a_running_count_in_the_training_partitions_is_warned_of(tmp_path: Path)
 
 
 def test_a_few_partitions_flag_nothing(tmp_path: Path) -> None:
-    assert time_tracking(dataset(tmp_path / "dataset", days=30), FEATURES) == []
+    assert time_tracking(dataset(tmp_path / "dataset", days=30), FEATURES, "row_date") == []
     log = Log()
     warn_time_tracking(log, [])
     assert log.warnings == []

@@ -84,7 +84,7 @@ def materialize(
     **config: object,
 ) -> dg.ExecuteInProcessResult:
     return dg.materialize(
-        build_training_assets("flights", FEATURES),
+        build_training_assets("flights", FEATURES, "row_date"),
         instance=instance,
         resources={
             "tracker": tracker,

@@ -95,23 +95,21 @@ def latest_dataset(
     return TrainingDataset(store.fetch(dvc_hash), dvc_hash)
 
 
-def time_tracking(dataset: TrainingDataset, features: FeatureConfig) -> list["TimeTrend"]:
-    """The numeric features that track time over the partitions the challenger is fit on (train
-    and validation; ml.time_tracking). The partitions are the last of the `id_columns`: a task's
-    model spec lists the example's id, then its time column."""
+def time_tracking(
+    dataset: TrainingDataset, features: FeatureConfig, time_column: str
+) -> list["TimeTrend"]:
+    """The numeric features that track time over the partitions (`time_column`) the challenger
+    is fit on (train and validation; ml.time_tracking)."""
     from ml.time_tracking import time_tracking_features
 
-    if not features.id_columns:
-        return []
-    time = features.id_columns[-1]
-    columns = [*features.numeric, time]
+    columns = [*features.numeric, time_column]
     frame = pd.concat(
         [
             pd.read_parquet(dataset.split(split), columns=columns)
             for split in ("train", "validation")
         ]
     )
-    return time_tracking_features(frame, features.numeric, time)
+    return time_tracking_features(frame, features.numeric, time_column)
 
 
 def warn_time_tracking(log: dg.DagsterLogManager, flagged: list["TimeTrend"]) -> None:
@@ -184,8 +182,11 @@ def results_metadata(
     }
 
 
-def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.AssetsDefinition]:
-    """The training assets of `task_name`: the challenger model trained on its dataset."""
+def build_training_assets(
+    task_name: str, features: FeatureConfig, time_column: str
+) -> list[dg.AssetsDefinition]:
+    """The training assets of `task_name`: the challenger model trained on its dataset, whose
+    partitions are `time_column`'s values."""
     registered = registered_name(task_name)
 
     @dg.asset(
@@ -209,7 +210,7 @@ def build_training_assets(task_name: str, features: FeatureConfig) -> list[dg.As
         from ml.challenger import fit_challenger
 
         dataset = latest_dataset(context.instance, dataset_store, task_name)
-        flagged = time_tracking(dataset, features)
+        flagged = time_tracking(dataset, features, time_column)
         warn_time_tracking(context.log, flagged)
         # One study per dataset version: a retried run resumes it, a larger n_trials extends it.
         study = f"{task_name}-{dataset.dvc_hash[:12]}"

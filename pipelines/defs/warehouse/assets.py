@@ -1,6 +1,5 @@
 """dbt models as assets: daily models per landing-day partition, the rest unpartitioned."""
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -17,6 +16,7 @@ from pipelines.lib.dbt import (
 )
 from pipelines.lib.partitions import landing_partitions
 from pipelines.lib.warehouse import WAREHOUSE_POOL, Warehouse
+from pipelines.lib.wiring import parsed_manifest
 from pipelines.task.contracts import TaskSpec
 
 DAILY_TAG = "daily"
@@ -92,7 +92,7 @@ def build_dbt_assets(
 @cache
 def incremental_models(task_name: str, tag: str) -> tuple[str, ...]:
     """The relations of the incremental models of task `task_name` tagged `tag`."""
-    manifest = json.loads(dbt_project.manifest_path.read_text())
+    manifest = parsed_manifest()
     return tuple(
         node["alias"]
         for node in manifest["nodes"].values()
