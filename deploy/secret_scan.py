@@ -35,6 +35,7 @@ SECRET_SETTINGS = (
     "AWS_SECRET_ACCESS_KEY",
     "MLFLOW_TRACKING_TOKEN",
     "MLFLOW_TRACKING_PASSWORD",
+    "FLYWHEEL_DAGSTER_PASSWORD",
 )
 # A shorter value would be found by chance: a scan that always fails is as useless as one
 # that never does.

@@ -25,19 +25,27 @@ MLFLOW_SERVER = frozenset(
 INSTANCE_SECRETS = frozenset({"DAGSTER_PG_PASSWORD", "AWS_SECRET_ACCESS_KEY"})
 # Which secret each process of the stack may hold, the processes a service starts with it.
 # supervisord, PostgreSQL, PgBouncer and the object store hold none: the server and the pooler
-# read their passwords' verifiers, the store its identity, from their files. Nothing of the
-# stack holds the administrator's or the reader's password: `stack up` and the people using
-# them do.
+# read their passwords' verifiers, the store its identity, from their files, and nginx checks
+# the UI's passwords against their hashes. Nothing of the stack holds the administrator's, the
+# reader's or the UI operator's password: `stack up` and the people and clients using them do.
 HOLDERS: dict[str, frozenset[str]] = {
     "supervisord": frozenset(),
     "postgres": frozenset(),
     "pgbouncer": frozenset(),
     "s3": frozenset(),
     "mlflow": frozenset({"AWS_SECRET_ACCESS_KEY", *MLFLOW_SERVER}),
-    "code_server": frozenset(secret_scan.SECRET_SETTINGS),
+    "code_server": frozenset(secret_scan.SECRET_SETTINGS) - {"FLYWHEEL_DAGSTER_PASSWORD"},
     "daemon": INSTANCE_SECRETS,
     "webserver": INSTANCE_SECRETS,
+    "webserver_viewer": INSTANCE_SECRETS,
+    "proxy": frozenset(),
 }
+
+
+# The services whose processes' environments the scan cannot read on a running stack: nginx
+# writes its process title over its environment's memory, which /proc then shows. Their share
+# of the settings is empty (deploy/stack/shares.py), and their command lines are scanned.
+UNREADABLE = frozenset({"proxy"})
 
 
 def stack_secrets(stack: Stack) -> dict[str, str]:

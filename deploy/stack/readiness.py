@@ -1,5 +1,5 @@
 """Whether the stack's Dagster processes are ready: the code server has loaded its code location,
-the daemon's loops have all beaten."""
+the daemon's loops have all beaten; and before they start, whether the settings are."""
 
 from __future__ import annotations
 
@@ -39,3 +39,15 @@ def daemon_ready(pid: int | None, dagster_home: Path) -> bool:
         beats = instance.get_daemon_heartbeats()
     fresh = {kind for kind, beat in beats.items() if beat.timestamp >= process.create_time()}
     return needed <= fresh
+
+
+def preflight() -> None:
+    """Every setting the code location and its runs need names a service that answers
+    (pipelines/preflight.py), before the Dagster processes start."""
+    from pipelines.lib.errors import ConfigurationError
+    from pipelines.preflight import require_settings
+
+    try:
+        require_settings()
+    except ConfigurationError as e:
+        raise StackError(f"the stack's settings fail their checks:\n{e}") from e

@@ -6,7 +6,8 @@ its share and its own variables (`Service.env`), and the processes it starts inh
 The code server gets every setting: the runs it starts (the `DefaultRunLauncher` asks it for each
 run's process) and their tuning workers need them all. The daemon and the webserver load the
 instance only: its storage, and its compute logs in the bucket, which the daemon writes (a
-backfill's log) and the UI reads. Which secret each may then hold: deploy/stack/holders.py.
+backfill's log) and the UI reads. No service holds the UI's operator password, which the
+stack's clients use (`CLIENTS_ONLY`). Which secret each may then hold: deploy/stack/holders.py.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ INSTANCE = (
 # read their files, the object store its identities' file. MLflow's server gets its backend
 # store's URL and its authentication's secrets as its own variables
 # (`mlflow_auth.server_environment`), and its artifact store's key here.
+# nginx, in front of the webservers, reads its files only.
 SHARES: dict[str, tuple[str, ...] | None] = {
     "postgres": (),
     "pgbouncer": (),
@@ -41,14 +43,19 @@ SHARES: dict[str, tuple[str, ...] | None] = {
     "code_server": None,
     "daemon": INSTANCE,
     "webserver": INSTANCE,
+    "webserver_viewer": INSTANCE,
+    "proxy": (),
 }
+# The stack's clients' credentials for the Dagster UI (an operator's): in stack.env for the
+# daemon-driven simulation, in no service's share, the code server's included.
+CLIENTS_ONLY = ("FLYWHEEL_DAGSTER_USER", "FLYWHEEL_DAGSTER_PASSWORD")
 
 
 def share(name: str, settings: Mapping[str, str]) -> dict[str, str]:
     """The variables of the stack's `settings` that service `name` gets."""
     names = SHARES[name]
     if names is None:
-        return dict(settings)
+        return {key: value for key, value in settings.items() if key not in CLIENTS_ONLY}
     return {key: settings[key] for key in names if key in settings}
 
 

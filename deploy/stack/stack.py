@@ -13,6 +13,7 @@ after a crash or a reboot (every part keeps its state on disk as it goes).
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import sys
 import time
@@ -21,20 +22,20 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from deploy.stack import mlflow_auth, pgbouncer, postgres, s3, shares, state, tls
-from deploy.stack.processes import StackError, http_ok, write_atomically
-from deploy.stack.readiness import code_server_ready, daemon_ready
+from deploy.stack import instance, mlflow_auth, pgbouncer, postgres, proxy, s3, shares, state, tls
+from deploy.stack.processes import http_ok, write_atomically
+from deploy.stack.readiness import code_server_ready, daemon_ready, preflight
 from deploy.stack.supervisor import Service, Supervisor
 from pipelines.settings import SENSOR_INTERVAL, SETTINGS, environment_of
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "flywheel"
-# Steps writing the PostgreSQL warehouse at once (runs of different days); the other pools
-# (the training step's) keep the instance's default of one.
-WAREHOUSE_WRITERS = 4
 PORTS = ("postgres", *s3.PORTS, "mlflow", "code_server", "webserver", "pgbouncer")
+# The viewers' webserver and the login in front of both (deploy/stack/proxy.py).
+PORTS += ("webserver_viewer", "ui")
 # Started in this order, stopped in the reverse one.
-SERVICES = ("postgres", "pgbouncer", "s3", "mlflow", "code_server", "daemon", "webserver")
+SERVICES = ("postgres", "pgbouncer", "s3", "mlflow", "code_server", "daemon")
+SERVICES += ("webserver", "webserver_viewer", "proxy")
 # The database (and role) whose clients reach PostgreSQL through the pooler: Dagster's, whose
 # storage opens a connection for each call. MLflow's server and SQLAlchemy's engines of the others
 # keep theirs.
@@ -75,6 +76,11 @@ class Stack:
     def objects(self) -> Path:
         """The object store's data."""
         return self.root / "objects"
+
+    @property
+    def proxy(self) -> Path:
+        """The login in front of the Dagster UI: its identities and nginx's files."""
+        return self.root / "proxy"
 
     @property
     def identities(self) -> Path:
@@ -135,8 +141,11 @@ class Stack:
             # name (TLS only: none of them listens in plain text).
             **self.certificates.client_environment(),
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-            # Where clients (the daemon-driven simulation) reach the webserver's GraphQL API.
-            "FLYWHEEL_DAGSTER_URL": f"http://{host}:{ports['webserver']}",
+            # Where clients (the daemon-driven simulation) reach the webserver's GraphQL API:
+            # through the login, as the stack's operator (not in the code server's share).
+            "FLYWHEEL_DAGSTER_URL": f"https://{host}:{ports['ui']}",
+            "FLYWHEEL_DAGSTER_USER": proxy.CLIENT,
+            "FLYWHEEL_DAGSTER_PASSWORD": chosen["secrets"]["ui_operator"],
             # The code location's settings (pipelines/settings.py), as the shell that starts the
             # stack sets them. On one machine every sensor is evaluated at each pass of the
             # daemon's sensor loop (every 5 s), not every 30-60 s, so a simulated day is not spent
@@ -173,6 +182,7 @@ class Stack:
             f"      port: {port}\n      location_name: flywheel\n"
         )
         mlflow_auth.write_config(self.root / mlflow_auth.CONFIG, self.postgres_url("mlflow"))
+        proxy.ensure_client(self.proxy, env["FLYWHEEL_DAGSTER_PASSWORD"])
         lines = "".join(f"{key}={value}\n" for key, value in env.items())
         write_atomically(self.env_file, lines, mode=0o600)
         checkout = Path(env["FLYWHEEL_DVC_REPO"])
@@ -268,13 +278,13 @@ class Stack:
                 [str(bin_dir / "dagster-daemon"), "run", "-w", str(self.workspace)],
                 lambda: daemon_ready(self.supervisor.pid("daemon"), self.dagster_home),
             ),
-            "webserver": Service(
-                "webserver",
-                [
-                    *[str(bin_dir / "dagster-webserver"), "-w", str(self.workspace)],
-                    *["-h", host, "-p", str(ports["webserver"])],
-                ],
-                lambda: http_ok(f"{env['FLYWHEEL_DAGSTER_URL']}/server_info"),
+            **proxy.services(
+                bin_dir,
+                self.workspace,
+                ports,
+                self.proxy / "nginx.conf",
+                env["FLYWHEEL_DAGSTER_URL"],
+                (env["FLYWHEEL_DAGSTER_USER"], env["FLYWHEEL_DAGSTER_PASSWORD"]),
             ),
         }
         return shares.given(env, defined)
@@ -288,6 +298,7 @@ class Stack:
         if postgres.init_cluster(self.pg_data, self.settings["postgres_password"]):
             say(f"initialised a PostgreSQL cluster in {self.pg_data}")
         tls.ensure(self.certificates.folder, postgres.SERVER_USER, self.address)
+        self.configure_proxy()
         postgres.write_hba(self.pg_data, self.clients())
         s3.write_identities(
             self.identities, self.environment()["AWS_ACCESS_KEY_ID"], self.settings["s3_secret"]
@@ -304,7 +315,7 @@ class Stack:
             if name == "pgbouncer":
                 self.prepare_databases()
             if name == "code_server":
-                self.preflight()
+                preflight()
             if supervisor.start(services[name], timeout_s):
                 say(f"{name:<13} {describe(self, name)}")
             if name == "mlflow":
@@ -315,16 +326,32 @@ class Stack:
                 imported = s3.import_saved(self.root / "s3", os.environ, BUCKET)
                 if imported:
                     say(f"imported {imported} objects saved by the former S3 endpoint")
-        self.open_warehouse_pool()
-        ui = describe(self, "webserver")
+        instance.open_warehouse_pool(self.dagster_home)
+        ui = self.environment()["FLYWHEEL_DAGSTER_URL"]
         say(f"stack up in {time.monotonic() - began:.0f} s; the Dagster UI: {ui}")
+        say("its login: the stack's operator (FLYWHEEL_DAGSTER_USER and _PASSWORD in stack.env);")
+        say("add people with `python -m deploy.stack add-user NAME --role viewer|operator`")
         say(f"its settings (FLYWHEEL_ENV=prod; secrets, readable by you only): {self.env_file}")
+
+    def configure_proxy(self) -> None:
+        """The login's files (deploy/stack/proxy.py), from its identities as they are now."""
+        log = self.supervisor.logs / "proxy-access.log"
+        proxy.configure(self.proxy, self.address, self.settings["ports"], self.certificates, log)
+
+    def add_user(self, name: str, role: str) -> str:
+        """A new identity of the Dagster UI (see deploy/stack/proxy.py), in effect at once on a
+        running stack; its password, which nothing keeps (its hash only)."""
+        password = secrets.token_urlsafe(18)
+        proxy.add_user(self.proxy, name, role, password)
+        self.configure_proxy()
+        self.supervisor.signal("proxy", "HUP")  # nginx reloads its configuration
+        return password
 
     def prepare_databases(self) -> None:
         """The databases, Dagster's tables and the pooler's settings (PostgreSQL is up)."""
         postgres.create_databases(self.postgres_url())
         postgres.ensure_roles(self.postgres_url(), self.settings["roles"])
-        self.create_dagster_tables()
+        instance.create_tables(self.postgres_url("dagster"))
         pgbouncer.configure(
             self.root / "pgbouncer",
             self.address,
@@ -339,35 +366,6 @@ class Stack:
         """The addresses PostgreSQL's clients connect from: the services' one (its own clients
         and the pooler), and the code server's, where the runs are."""
         return list(dict.fromkeys([self.address, self.code_server_address]))
-
-    def create_dagster_tables(self) -> None:
-        """Dagster's tables in its database, where they are missing (the stack's instance does not
-        look for them: deploy/dagster.stack.yaml); `dagster instance migrate` upgrades them."""
-        from dagster_postgres import DagsterPostgresStorage
-
-        url = self.postgres_url("dagster")
-        DagsterPostgresStorage(url, should_autocreate_tables=True)  # NullPool: nothing to close
-
-    def open_warehouse_pool(self) -> None:
-        """Let WAREHOUSE_WRITERS steps write the PostgreSQL warehouse at once (the instance's
-        pools default to one step at a time; `dagster instance concurrency set` does the same)."""
-        import dagster as dg
-
-        from pipelines.lib.warehouse import WAREHOUSE_POOL
-
-        with dg.DagsterInstance.from_config(str(self.dagster_home)) as instance:
-            instance.event_log_storage.set_concurrency_slots(WAREHOUSE_POOL, WAREHOUSE_WRITERS)
-
-    def preflight(self) -> None:
-        """Every setting the code location and its runs need names a service that answers
-        (pipelines/preflight.py), before the Dagster processes start."""
-        from pipelines.lib.errors import ConfigurationError
-        from pipelines.preflight import require_settings
-
-        try:
-            require_settings()
-        except ConfigurationError as e:
-            raise StackError(f"the stack's settings fail their checks:\n{e}") from e
 
     def down(self, say: Callable[[str], None] = print) -> None:
         """Stop every process, the last started first; the state stays on disk."""
@@ -385,16 +383,13 @@ class Stack:
 def describe(stack: Stack, name: str) -> str:
     """Where a part listens."""
     ports, host = stack.settings["ports"], stack.address
-    if name == "daemon":
-        return "sensors, schedules, run queue, run monitoring"
-    if name == "postgres":
-        return f"{host}:{ports[name]}"
-    if name == "pgbouncer":
-        return f"{host}:{ports[name]} (Dagster's database, pooled)"
-    if name == "s3":
-        return f"https://{host}:{ports[name]} (SeaweedFS, objects in {stack.objects})"
-    if name == "code_server":
-        return f"grpc://{stack.code_server_address}:{ports[name]}"
-    if name == "mlflow":
-        return f"https://{host}:{ports[name]}"
-    return f"http://{host}:{ports[name]}"
+    where = {
+        "daemon": "sensors, schedules, run queue, run monitoring",
+        "postgres": f"{host}:{ports['postgres']}",
+        "pgbouncer": f"{host}:{ports['pgbouncer']} (Dagster's database, pooled)",
+        "s3": f"https://{host}:{ports['s3']} (SeaweedFS, objects in {stack.objects})",
+        "code_server": f"grpc://{stack.code_server_address}:{ports['code_server']}",
+        "mlflow": f"https://{host}:{ports['mlflow']}",
+        "proxy": f"https://{host}:{ports['ui']} (the Dagster UI, behind a login)",
+    }
+    return where.get(name) or f"http://127.0.0.1:{ports[name]} (reached through the proxy)"

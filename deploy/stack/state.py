@@ -20,8 +20,9 @@ from pipelines.settings import STACK_ADDRESS, STACK_CODE_SERVER_ADDRESS
 
 LOOPBACK = "127.0.0.1"
 # The stack's other secrets, by name: MLflow's administrator's password, the runs' MLflow
-# password (user `flywheel`) and the key MLflow's server signs its CSRF tokens with.
-SECRETS = ("mlflow_admin", "mlflow_runs", "mlflow_session_key")
+# password (user `flywheel`), the key MLflow's server signs its CSRF tokens with, and the
+# password of the Dagster UI's `operator` (deploy/stack/proxy.py).
+SECRETS = ("mlflow_admin", "mlflow_runs", "mlflow_session_key", "ui_operator")
 
 
 def chosen(root: Path, ports: Sequence[str]) -> dict:

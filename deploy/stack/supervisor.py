@@ -224,6 +224,13 @@ class Supervisor:
             return None
         return self.info(name)["pid"] or None  # supervisord's 0: no process
 
+    def signal(self, name: str, signal_name: str) -> bool:
+        """Send `name`'s process `signal_name` (HUP: reload) if it runs; whether it did."""
+        if not self.alive() or not self.info(name)["statename"].startswith("RUNNING"):
+            return False
+        self._proxy().signalProcess(name, signal_name)
+        return True
+
     def start(self, service: Service, timeout_s: float) -> bool:
         """Start `service` unless supervisord runs it already; either way wait until it is ready.
         Whether it was started."""

@@ -30,7 +30,7 @@ from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.scheduler.instigation import InstigatorStatus, TickStatus
 
 from pipelines.defs.runs.sensors import retry_launch_failed
-from pipelines.settings import DAGSTER_URL
+from pipelines.settings import DAGSTER_PASSWORD, DAGSTER_URL, DAGSTER_USER
 from sim.driver.executor import RunFailedError, RunSummary, TickReport, failure_message
 from sim.driver.in_process import (
     DAILY_SENSORS,
@@ -43,6 +43,11 @@ from sim.driver.in_process import (
 
 LOCATION, REPOSITORY = "flywheel", "__repository__"
 WEBSERVER_URL = DAGSTER_URL.name
+# What a refusal adds: a login in front of the webserver asks for an operator's identity.
+LOGIN = (
+    f" (behind a login: {DAGSTER_USER.name} and {DAGSTER_PASSWORD.name} name an operator; "
+    "the stack's stack.env has its own)"
+)
 IN_FLIGHT = {
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -78,15 +83,22 @@ class DaemonDriveError(RuntimeError):
 class Webserver:
     """The Dagster webserver's GraphQL API, as the world (an operator, a client) uses it."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, auth: tuple[str, str] | None = None):
+        """`auth`: the user and password a login in front of the webserver asks for (the
+        stack's: deploy/stack/proxy.py); HTTPS is checked as REQUESTS_CA_BUNDLE says."""
         from dagster_graphql import DagsterGraphQLClient
+        from requests.auth import HTTPBasicAuth
 
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise DaemonDriveError(f"{WEBSERVER_URL}={url!r} is not an http(s) URL")
         self.url = url.rstrip("/")
+        self.auth = HTTPBasicAuth(*auth) if auth else None
         self.client = DagsterGraphQLClient(
-            parsed.hostname, port_number=parsed.port, use_https=parsed.scheme == "https"
+            parsed.hostname,
+            port_number=parsed.port,
+            use_https=parsed.scheme == "https",
+            auth=self.auth,
         )
 
     def launch(self, job: str, tags: dict[str, str], run_config: dict) -> str:
@@ -102,7 +114,9 @@ class Webserver:
                 tags=tags,
             )
         except DagsterGraphQLClientError as e:
-            raise DaemonDriveError(f"the webserver {self.url} refused a run of {job}: {e}") from e
+            raise DaemonDriveError(
+                f"the webserver {self.url} refused a run of {job}: {e}{LOGIN}"
+            ) from e
 
     def start_sensor(self, name: str) -> None:
         """Turn sensor `name` on (what the toggle in the UI does)."""
@@ -116,11 +130,12 @@ class Webserver:
                     "query": START_SENSOR,
                     "variables": {"selector": {**selector, "sensorName": name}},
                 },
+                auth=self.auth,
                 timeout=60,
             )
             response.raise_for_status()
         except requests.RequestException as e:
-            raise DaemonDriveError(f"the webserver {self.url} ({WEBSERVER_URL}): {e}") from e
+            raise DaemonDriveError(f"the webserver {self.url} ({WEBSERVER_URL}): {e}{LOGIN}") from e
         result = response.json().get("data", {}).get("startSensor") or {}
         if result.get("__typename") != "Sensor":
             raise DaemonDriveError(
@@ -321,7 +336,8 @@ def webserver_from_env() -> Webserver:
             f"--daemon needs {WEBSERVER_URL}, the Dagster webserver's URL: start the stack "
             "(make stack-up) and run with its settings (make stack-flywheel)"
         )
-    return Webserver(url)
+    user = DAGSTER_USER.get()
+    return Webserver(url, (user, DAGSTER_PASSWORD.get() or "") if user else None)
 
 
 def _utc(timestamp: float):

@@ -29,13 +29,15 @@ def stack_env(home: Path) -> dict[str, str]:
     return env
 
 
-def stack(verb: str, home: Path, module: str = "deploy.stack") -> str:
-    """Run `python -m deploy.stack <verb>` (or the same verb of another `module`: the stack with
-    its runs on a host of their own, tests/deploy/runs_host.py); its output (the test fails on a
-    non-zero exit)."""
+def stack(
+    verb: str, home: Path, module: str = "deploy.stack", args: list[str] | None = None
+) -> str:
+    """Run `python -m deploy.stack <verb> [args]` (or the same verb of another `module`: the
+    stack with its runs on a host of their own, tests/deploy/runs_host.py); its output (the test
+    fails on a non-zero exit)."""
     env = {**os.environ, "FLYWHEEL_HOME": str(home)}
     done = subprocess.run(
-        [sys.executable, "-m", module, verb],
+        [sys.executable, "-m", module, verb, *(args or [])],
         cwd=REPO,
         env=env,
         capture_output=True,

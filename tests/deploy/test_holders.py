@@ -126,6 +126,8 @@ def test_each_service_of_the_stack_holds_only_what_its_table_allows(stack: Stack
         "code_server": run_secrets,
         "daemon": {"DAGSTER_PG_PASSWORD", "AWS_SECRET_ACCESS_KEY"},
         "webserver": {"DAGSTER_PG_PASSWORD", "AWS_SECRET_ACCESS_KEY"},
+        "webserver_viewer": {"DAGSTER_PG_PASSWORD", "AWS_SECRET_ACCESS_KEY"},
+        "proxy": set(),
     }
     assert set(held) == {"supervisord", *SERVICES}
     # supervisord passes on nothing of the shell that started it but the machine's basics.

@@ -524,7 +524,8 @@ NOT_IN_CONFIGMAP = {
     "FLYWHEEL_OPTUNA_STORAGE",  # the Secret flywheel-secrets
     "FLYWHEEL_WAREHOUSE_PASSWORD",  # the Secret flywheel-secrets
     "MLFLOW_TRACKING_PASSWORD",  # the Secret flywheel-secrets
-    "FLYWHEEL_DAGSTER_URL",  # clients of the webserver, not the code location
+    # Clients of the webserver, not the code location.
+    *("FLYWHEEL_DAGSTER_URL", "FLYWHEEL_DAGSTER_USER", "FLYWHEEL_DAGSTER_PASSWORD"),
 }
 
 

@@ -141,7 +141,8 @@ def test_a_stack_made_before_the_pooler_the_store_and_the_roles_gets_them_and_ke
     chosen = Stack(root).settings
     assert {name: chosen["ports"][name] for name in ports} == ports
     added = [chosen["ports"][name] for name in PORTS if name not in ports]
-    assert len(added) == len(PORTS) - len(ports) == 8  # the pooler and the store's 7 more
+    # The pooler, the store's 7 more, the viewers' webserver and the login.
+    assert len(added) == len(PORTS) - len(ports) == 10
     assert len(set(added) | set(ports.values())) == len(PORTS)
     # ...and passwords for the consumers' roles it did not have.
     assert set(chosen["roles"]) == set(postgres.ROLES)

@@ -206,6 +206,56 @@ def test_mlflow_lets_only_its_users_choose_the_champion(home: Path):
     assert mlflow_call(values, "registered-models/alias", alias, runs).ok
 
 
+LAUNCH_RUN = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+  __typename ... on UnauthorizedError { message } } }"""
+PERMISSIONS = "{ permissions { permission value } }"
+
+
+def ui_call(values: dict[str, str], query: str, variables: dict, auth=None) -> requests.Response:
+    """A GraphQL query to the stack's Dagster UI (through its login), as `auth` or as nobody."""
+    return requests.post(
+        f"{values['FLYWHEEL_DAGSTER_URL']}/graphql",
+        json={"query": query, "variables": variables},
+        auth=auth,
+        verify=values["REQUESTS_CA_BUNDLE"],
+        timeout=30,
+    )
+
+
+def test_the_dagster_ui_lets_in_only_its_identities_each_with_its_role(home: Path):
+    """No webserver listens on the stack's address: nginx does, over HTTPS, and lets in only an
+    identity of its own, to the webserver of its role. Nobody (or a wrong password) gets 401 for
+    a launch as for a read; a viewer (added by `python -m deploy.stack add-user`) reads and may
+    launch nothing; the stack's operator, the daemon-driven simulation's identity, may
+    (tests/deploy/test_parity.py launches its retraining runs through it)."""
+    values = stack_env(home)
+    operator = (values["FLYWHEEL_DAGSTER_USER"], values["FLYWHEEL_DAGSTER_PASSWORD"])
+    added = stack("add-user", home, args=["alice", "--role", "viewer"])
+    viewer = ("alice", added.rsplit(": ", 1)[1].strip())
+    launch = {
+        "params": {
+            "selector": {
+                "repositoryLocationName": "flywheel",
+                "repositoryName": "__repository__",
+                "jobName": "retraining_job",
+            },
+            "runConfigData": {},
+        }
+    }
+    for nobody in (None, (operator[0], "not-the-password"), ("alice", operator[1])):
+        assert ui_call(values, LAUNCH_RUN, launch, nobody).status_code == 401, nobody
+        assert ui_call(values, PERMISSIONS, {}, nobody).status_code == 401, nobody
+    refused = ui_call(values, LAUNCH_RUN, launch, viewer).json()["data"]["launchRun"]
+    assert refused["__typename"] == "UnauthorizedError"
+
+    def may(auth) -> dict[str, bool]:
+        permissions = ui_call(values, PERMISSIONS, {}, auth).json()["data"]["permissions"]
+        return {p["permission"]: p["value"] for p in permissions}
+
+    assert not any(may(viewer).values())
+    assert may(operator)["launch_pipeline_execution"] and may(operator)["start_schedule"]
+
+
 def test_the_object_store_syncs_each_object_to_disk_before_acknowledging_it(
     home: Path, monkeypatch
 ):
@@ -354,7 +404,7 @@ def test_each_process_of_the_stack_holds_only_the_secrets_its_table_allows(home,
     assert {"FLYWHEEL_WAREHOUSE_PASSWORD", "AWS_SECRET_ACCESS_KEY"} <= {
         hit.secret for value in run.values() for hit in scanner.text(value, "the run")
     }
-    assert set(held) == {"supervisord", *SERVICES}
+    assert set(held) == {"supervisord", *SERVICES} - holders.UNREADABLE
     for secret in ("FLYWHEEL_WAREHOUSE_PASSWORD", "AWS_SECRET_ACCESS_KEY"):
         holding = {holder for holder, found in held.items() if secret in found}
         assert holding and holding <= {
