@@ -108,7 +108,8 @@ sbom: setup
 audit: setup
 	$(PY) -m deploy.supply_chain audit
 
-# Reproduce the committed dataset pointers' files from the remote (a fresh clone needs only this).
+# Reproduce the files of dataset pointers committed in data/ (FLYWHEEL_DVC_REPO=$PWD/data) from the
+# remote (a fresh clone needs only this).
 DVC_REMOTE ?= $(FLYWHEEL_HOME)/dvc-remote
 data-pull: setup
 	cd data && ../$(VENV)/bin/dvc remote add --local --force --default flywheel $(DVC_REMOTE)

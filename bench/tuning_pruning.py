@@ -10,7 +10,8 @@ up to the first complete trial at or below it; the target is the no-pruning stud
 several ``--seeds`` (a pair of studies each), their median (a Hyperband study that never reaches
 the target counts as infinite).
 Run: python -m bench.tuning_pruning --rows 50000 --trials 30 --max-epochs 9 --seeds 0 1 2
-     python -m bench.tuning_pruning --dataset data/datasets/flights --trials 30 --seeds 0 1 2
+     python -m bench.tuning_pruning --dataset .flywheel/checkout/data/datasets/flights \
+         --trials 30 --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def main() -> None:
     args.hyperband_trials = args.hyperband_trials or args.trials
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.dataset:
-        # A training dataset the flywheel wrote (data/datasets/<task>/ after `make flywheel`).
+        # A training dataset the flywheel wrote: datasets/<task>/ of its DVC repository
+        # (.flywheel/checkout/data after `make flywheel`).
         from pipelines.task import load_task
 
         features = load_task().model.features

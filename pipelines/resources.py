@@ -122,8 +122,9 @@ def secret_setting(setting: settings.Setting) -> str:
 
 
 def dataset_store(env: str | None = None) -> DvcDatasetStore:
-    """The DVC repository of datasets (`data/`) and its remote: a local folder or S3 in prod."""
-    repo = settings.DVC_REPO.value()
+    """The DVC repository of datasets (`settings.dataset_repository`) and its remote: a local
+    folder or S3 in prod."""
+    repo = str(settings.dataset_repository())
     # Where versions fetched by hash are kept (default: inside the repository's .dvc folder).
     cache = settings.DATASET_CACHE.get()
     if (env or current_env()) == "local":

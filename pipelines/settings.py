@@ -81,7 +81,8 @@ PREFIXES = {
     "labeling": Setting("FLYWHEEL_LABELING_PREFIX", "labeling"),
 }
 S3_ENDPOINT_URL = Setting(S3_ENDPOINT_SETTING)
-DVC_REPO = Setting("FLYWHEEL_DVC_REPO", str(REPO_ROOT / "data"))
+# Default: $FLYWHEEL_HOME/checkout/data (`dataset_repository`), made where it is missing.
+DVC_REPO = Setting("FLYWHEEL_DVC_REPO")
 DVC_REMOTE = Setting("FLYWHEEL_DVC_REMOTE")
 DATASET_CACHE = Setting("FLYWHEEL_DATASET_CACHE")
 LABELING = Setting("FLYWHEEL_LABELING", "files")
@@ -127,6 +128,13 @@ def current_env() -> str:
 def flywheel_home() -> Path:
     """The git-ignored state directory of the embedded defaults (FLYWHEEL_HOME)."""
     return Path(HOME.get() or REPO_ROOT / ".flywheel").resolve()
+
+
+def dataset_repository() -> Path:
+    """The DVC repository dataset versions are written to (FLYWHEEL_DVC_REPO): by default in
+    the state folder, so runs never write into the checkout; a team that commits its dataset
+    pointers names its checkout's `data/`."""
+    return Path(DVC_REPO.get() or flywheel_home() / "checkout" / "data")
 
 
 def warehouse_path() -> str:
