@@ -145,9 +145,9 @@ dev: setup
 
 # The Dagster UI's screenshots in docs/images/, from a short simulation in a throwaway state; needs
 # Chromium (apt-get install chromium) and installs Playwright's package on first use
-# (deploy/screenshots.py).
+# (tools/screenshots.py).
 docs-screenshots: setup
-	$(PY) -m deploy.screenshots --out docs/images
+	$(PY) -m tools.screenshots --out docs/images
 
 clean:
 	if test -d $(FLYWHEEL_HOME)/stack; then $(PY) -m deploy.stack down; fi

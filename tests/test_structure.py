@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("pipelines", "ml", "sim", "deploy", "bench")
+PACKAGES = ("pipelines", "ml", "sim", "deploy", "bench", "tools")
 SETTINGS = "pipelines.settings"
 # Modules that may read the environment themselves: the GPU benchmarks run where only the ML
 # stack is installed (no pipelines package), and read CUDA's own variables, not the flywheel's.

@@ -5,7 +5,7 @@ Python package in an environment of its own (it drives the installed Chromium; n
 downloaded):
 
     python3 -m venv /tmp/shots && /tmp/shots/bin/pip install playwright
-    /tmp/shots/bin/python deploy/label_studio_screenshot.py \\
+    /tmp/shots/bin/python tools/label_studio_screenshot.py \\
         --credentials $FLYWHEEL_HOME/label-studio/credentials.json --out docs/images
 
 It logs in as the local server's admin, then saves the project's task list (`<out>/

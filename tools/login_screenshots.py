@@ -2,11 +2,11 @@
 and as an operator, each checked, and saved as screenshots for the docs.
 
     make stack-up
-    .venv/bin/python -m deploy.login_screenshots --out docs/images
+    .venv/bin/python -m tools.login_screenshots --out docs/images
 
 Against the running stack under $FLYWHEEL_HOME (its stack.env), it adds a viewer identity
 (`python -m deploy.stack add-user`), then opens the UI in Chromium (Playwright, as
-deploy/screenshots.py does; the stack's certificate pinned by its public key, nothing else
+tools/screenshots.py does; the stack's certificate pinned by its public key, nothing else
 trusted) and saves, in `--out`:
 
 - login-viewer.png: `retraining_job` as the viewer: its launchpad's address leads to the job's
@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy.screenshots import REPO, browser_python, chromium
+from tools.screenshots import REPO, browser_python, chromium
 
 JOB = "retraining_job"
 VIEWER = "viewer-screenshots"
@@ -129,7 +129,7 @@ def main() -> None:
     operator = f"{env['FLYWHEEL_DAGSTER_USER']}:{env['FLYWHEEL_DAGSTER_PASSWORD']}"
     viewer = f"{VIEWER}:{stack.add_user(VIEWER, 'viewer')}"
     args.out.mkdir(parents=True, exist_ok=True)
-    shot = "import sys; from deploy.login_screenshots import shoot; shoot(*sys.argv[1:])"
+    shot = "import sys; from tools.login_screenshots import shoot; shoot(*sys.argv[1:])"
     pin = pinned_key(stack.certificates.certificate)
     command = [str(python), "-c", shot, env["FLYWHEEL_DAGSTER_URL"], pin, str(args.out.resolve())]
     done = subprocess.run(command, cwd=REPO, input=f"{operator}\n{viewer}\n", text=True)

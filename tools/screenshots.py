@@ -1,6 +1,6 @@
 """Screenshots of the Dagster UI for the docs, from a short simulation in a throwaway state.
 
-    .venv/bin/python -m deploy.screenshots --out docs/images     # or: make docs-screenshots
+    .venv/bin/python -m tools.screenshots --out docs/images     # or: make docs-screenshots
 
 It plays eight days of flights from 2013-09-02 with a planted drift (the first model after six
 days, then a retraining the drift sensor launches on the drift's first day), then seven months of
@@ -19,7 +19,7 @@ Needs the project's environment (`make setup`), Chromium from the distribution's
 (`apt-get install chromium`), and Playwright's Python package, which drives that Chromium from
 an environment of its own: created on first use under `$FLYWHEEL_HOME/screenshots/venv`
 (`--browser-venv`), from the package registry. No browser is downloaded. The Label Studio
-screenshots are deploy/label_studio_screenshot.py's.
+screenshots are tools/label_studio_screenshot.py's.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def play_and_shoot(state: Path, python: Path, out: Path) -> None:
     with webserver(env, state / "webserver.log") as url:
         run_id, sensor = sensor_run(url)
         print(f"webserver {url}: shooting run {run_id} of {sensor}", flush=True)
-        shot = "import sys; from deploy.screenshots import shoot; shoot(*sys.argv[1:])"
+        shot = "import sys; from tools.screenshots import shoot; shoot(*sys.argv[1:])"
         command = [str(python), "-c", shot, url, run_id, sensor, str(out)]
         if subprocess.run(command, cwd=REPO).returncode:
             raise SystemExit("taking the screenshots failed (the browser's error is above)")

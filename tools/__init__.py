@@ -1,0 +1,1 @@
+"""Tools that make the documentation's images: screenshots of the Dagster and Label Studio UIs."""
