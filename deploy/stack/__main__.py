@@ -2,14 +2,20 @@
 
 `python -m deploy.stack add-user NAME --role viewer|operator` adds an identity to the Dagster
 UI's login and prints its password once: a viewer sees everything and launches nothing, an
-operator launches runs, re-executes and turns sensors and schedules on and off."""
+operator launches runs, re-executes and turns sensors and schedules on and off.
+
+`python -m deploy.stack backup DIR` takes the running stack's state at one point into DIR (the
+PostgreSQL cluster, then the bucket, then the dataset repository and the settings);
+`python -m deploy.stack restore DIR` puts it back into a FLYWHEEL_HOME with no stack in it, and
+`up` starts it (deploy/stack/backup.py)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from deploy.stack import proxy
+from deploy.stack import backup, proxy
 from deploy.stack.processes import StackError
 from deploy.stack.stack import Stack
 
@@ -23,12 +29,18 @@ def main(argv: list[str] | None = None, stack: Stack | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("verb", choices=("up", "down", "status", "add-user"))
-    parser.add_argument("name", nargs="?", help="add-user: the identity's name")
+    verbs = ("up", "down", "status", "add-user", "backup", "restore")
+    parser.add_argument("verb", choices=verbs)
+    parser.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME|DIR",
+        help="add-user: the identity's name; backup and restore: the backup's folder",
+    )
     parser.add_argument("--role", choices=proxy.ROLES, default="viewer", help="add-user's role")
     args = parser.parse_args(argv)
-    if args.verb == "add-user" and not args.name:
-        parser.error("add-user needs a NAME")
+    if args.verb in ("add-user", "backup", "restore") and not args.name:
+        parser.error(f"{args.verb} needs a {'NAME' if args.verb == 'add-user' else 'DIR'}")
     stack = stack or Stack.of_home(flywheel_home())
     try:
         if args.verb == "up":
@@ -36,6 +48,10 @@ def main(argv: list[str] | None = None, stack: Stack | None = None) -> int:
         elif args.verb == "add-user":
             password = stack.add_user(args.name, args.role)
             print(f"{args.name} ({args.role}) may log in to the Dagster UI with: {password}")
+        elif args.verb == "backup":
+            backup.backup(stack, Path(args.name).resolve())
+        elif args.verb == "restore":
+            backup.restore(stack.root, Path(args.name).resolve())
         elif args.verb == "down":
             stack.down()
         else:

@@ -173,12 +173,14 @@ def server_command(data: Path, host: str, port: int, certificate: Path, key: Pat
 
 def write_hba(data: Path, clients: Sequence[str] = ("127.0.0.1",)) -> None:
     """Who may log in to what from the addresses `clients` (`pg_hba.conf`, read at start and on
-    reload): over TLS only, the administrator to any database, each consumer's role to its own
-    database, the warehouse's reader to the warehouse."""
+    reload): over TLS only, the administrator to any database and to replication (the base
+    backup of `python -m deploy.stack backup`), each consumer's role to its own database, the
+    warehouse's reader to the warehouse."""
     rows = []
     for client in clients:
         cidr = f"{client}/{128 if ':' in client else 32}"
         rows.append(f"hostssl all {ROLE} {cidr} scram-sha-256")
+        rows.append(f"hostssl replication {ROLE} {cidr} scram-sha-256")
         rows += [f"hostssl {role} {role} {cidr} scram-sha-256" for role in CONSUMER_ROLES]
         rows.append(f"hostssl warehouse {warehouse_reader.READER} {cidr} scram-sha-256")
     path = data / "pg_hba.conf"
