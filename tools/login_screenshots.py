@@ -20,14 +20,13 @@ that stack: on a stack with no data it fails at its first step, which is no conc
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import subprocess
 import sys
 from pathlib import Path
 
-from tools.screenshots import REPO, browser_python, chromium
+from tools.screenshots import REPO, browser_arguments, browser_python, chromium
 
 JOB = "retraining_job"
 VIEWER = "viewer-screenshots"
@@ -107,16 +106,7 @@ def shoot(url: str, pin: str, out: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--out", type=Path, default=REPO / "docs" / "images", help="default: docs/images"
-    )
-    parser.add_argument(
-        "--browser-venv",
-        type=Path,
-        help="Playwright's environment (default: $FLYWHEEL_HOME/screenshots/venv)",
-    )
-    args = parser.parse_args()
+    args = browser_arguments(__doc__.splitlines()[0]).parse_args()
     from deploy.stack.stack import Stack
     from pipelines.resources import flywheel_home
 

@@ -292,8 +292,9 @@ def play_and_shoot(state: Path, python: Path, out: Path) -> None:
             raise SystemExit("taking the screenshots failed (the browser's error is above)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def browser_arguments(description: str) -> argparse.ArgumentParser:
+    """The options every screenshot tool takes: where the images go, Playwright's environment."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--out", type=Path, default=REPO / "docs" / "images", help="default: docs/images"
     )
@@ -302,6 +303,11 @@ def main() -> None:
         type=Path,
         help="Playwright's environment (default: $FLYWHEEL_HOME/screenshots/venv)",
     )
+    return parser
+
+
+def main() -> None:
+    parser = browser_arguments(__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="keep the temporary state folder")
     args = parser.parse_args()
     from pipelines.resources import flywheel_home

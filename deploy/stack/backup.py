@@ -76,7 +76,7 @@ def backup(stack: Stack, folder: Path, say: Callable[[str], None] = print) -> di
     client = base_backup(stack, folder / "postgres")
     parts["postgres"] = part(folder, "postgres", started, say, "the cluster, WAL streamed")
     started = time.monotonic()
-    s3.save(folder / "s3", env, BUCKET)
+    s3.save(folder / "s3", {**env, **stack.own_key("admin")}, BUCKET)  # every prefix
     parts[f"s3/{BUCKET}"] = part(folder, f"s3/{BUCKET}", started, say, f"the bucket {BUCKET!r}")
     started = time.monotonic()
     shutil.copytree(stack.root / "checkout", folder / "checkout", symlinks=True, ignore=skipped)

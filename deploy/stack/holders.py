@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from deploy import secret_scan
-from deploy.stack import mlflow_auth, warehouse_reader
+from deploy.stack import mlflow_auth, state, warehouse_reader
 from deploy.stack.stack import Stack
 
 # The stack's secrets that no setting carries, by the names the scan gives them.
@@ -22,18 +22,27 @@ READER_PASSWORD = "the warehouse reader's password"
 MLFLOW_SERVER = frozenset(
     {"MLFLOW_BACKEND_STORE_URI", "MLFLOW_AUTH_ADMIN_PASSWORD", "MLFLOW_FLASK_SERVER_SECRET_KEY"}
 )
-INSTANCE_SECRETS = frozenset({"DAGSTER_PG_PASSWORD", "AWS_SECRET_ACCESS_KEY"})
+# The object store's keys but the runs' (AWS_SECRET_ACCESS_KEY in stack.env), by the names the
+# scan gives them (deploy/stack/s3.py, IDENTITIES).
+S3_KEYS = {
+    "admin": "the object store's administrator key",
+    "mlflow": "the object store's MLflow key",
+    "compute-logs": "the object store's compute logs key",
+}
+INSTANCE_SECRETS = frozenset({"DAGSTER_PG_PASSWORD", S3_KEYS["compute-logs"]})
 # Which secret each process of the stack may hold, the processes a service starts with it.
 # supervisord, PostgreSQL, PgBouncer and the object store hold none: the server and the pooler
 # read their passwords' verifiers, the store its identity, from their files, and nginx checks
 # the UI's passwords against their hashes. Nothing of the stack holds the administrator's, the
-# reader's or the UI operator's password: `stack up` and the people and clients using them do.
+# reader's or the UI operator's password, nor the object store's administrator key: `stack up`,
+# `backup` and the people and clients using them do. MLflow, the webserver and the daemon hold
+# keys of the object store limited to their prefixes; the runs' key is the code server's.
 HOLDERS: dict[str, frozenset[str]] = {
     "supervisord": frozenset(),
     "postgres": frozenset(),
     "pgbouncer": frozenset(),
     "s3": frozenset(),
-    "mlflow": frozenset({"AWS_SECRET_ACCESS_KEY", *MLFLOW_SERVER}),
+    "mlflow": frozenset({S3_KEYS["mlflow"], *MLFLOW_SERVER}),
     "code_server": frozenset(secret_scan.SECRET_SETTINGS) - {"FLYWHEEL_DAGSTER_PASSWORD"},
     "daemon": INSTANCE_SECRETS,
     "webserver": INSTANCE_SECRETS,
@@ -57,6 +66,9 @@ def stack_secrets(stack: Stack) -> dict[str, str]:
         **{name: settings[name] for name in secret_scan.SECRET_SETTINGS if settings.get(name)},
         "MLFLOW_BACKEND_STORE_URI": stack.postgres_url("mlflow"),
         **{name: value for name, value in server.items() if name in MLFLOW_SERVER},
+        **{
+            S3_KEYS[name]: secret for name, secret in state.s3_keys(kept).items() if name in S3_KEYS
+        },
         ADMIN_PASSWORD: kept["postgres_password"],
         READER_PASSWORD: kept["roles"][warehouse_reader.READER],
     }

@@ -164,11 +164,18 @@ def command(config: Path) -> list[str]:
 
 
 def services(
-    bin_dir: Path, workspace: Path, ports: dict[str, int], config: Path, url: str, auth: tuple
+    bin_dir: Path,
+    workspace: Path,
+    ports: dict[str, int],
+    config: Path,
+    url: str,
+    auth: tuple,
+    webserver_env: dict[str, str],
 ) -> dict[str, Service]:
     """The operators' webserver, the viewers' read-only one (both on the loopback, at `ports`'
-    `webserver` and `webserver_viewer`) and nginx in front of them (`config`, answering at
-    `url` to `auth`, checked against the stack's authority in REQUESTS_CA_BUNDLE)."""
+    `webserver` and `webserver_viewer`, each with `webserver_env` as its own variables) and
+    nginx in front of them (`config`, answering at `url` to `auth`, checked against the stack's
+    authority in REQUESTS_CA_BUNDLE)."""
 
     def webserver(name: str, *read_only: str) -> Service:
         local = f"http://127.0.0.1:{ports[name]}"
@@ -179,6 +186,7 @@ def services(
                 *["-h", "127.0.0.1", "-p", str(ports[name])],
             ],
             lambda: http_ok(f"{local}/server_info"),
+            env=webserver_env,
         )
 
     return {

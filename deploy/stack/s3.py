@@ -5,10 +5,9 @@ LevelDB store) and the S3 gateway, everything under the stack's `objects/` folde
 server syncs each object's bytes to disk before the gateway acknowledges it (`sync_writes`); the
 filer's LevelDB writes its log without a sync, so a power cut can lose the names of the writes
 of the last seconds that the operating system had not yet written back. A killed store loses
-nothing acknowledged. The
-gateway admits one identity, the stack's key (`identities.json`, readable by its owner only:
-never on a command line). A deployment points the same settings at S3 or at its own S3-compatible
-store.
+nothing acknowledged. The gateway admits an identity per consumer, each limited to its prefixes
+of the bucket (`IDENTITIES`; `identities.json`, readable by its owner only: never on a command
+line). A deployment points the same settings at S3 or at its own S3-compatible store.
 """
 
 from __future__ import annotations
@@ -44,14 +43,41 @@ def binary() -> Path:
     return Path(sys.executable).parent / "weed"
 
 
-def write_identities(path: Path, access_key: str, secret_key: str) -> None:
-    """The gateway's one identity, allowed everything on every bucket."""
-    identity = {
-        "name": "flywheel",
-        "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }
-    write_atomically(path, json.dumps({"identities": [identity]}, indent=2), mode=0o600)
+# Who the gateway admits, by identity: its access key and the bucket prefixes it may read and
+# write (List on the whole bucket: DVC and MLflow list by prefix). `Stack.s3_keys` gives each its
+# secret; `Stack.environment` and the services' own variables hand each to its consumer.
+#   admin: `stack up` (the bucket, the import of a saved copy) and `backup`, nothing else;
+#   flywheel: the code server and its runs, and the stack's clients (the landing producer);
+#   mlflow: MLflow's server, which proxies every artifact;
+#   compute-logs: the webserver, which reads each step's logs, and the daemon (a backfill's).
+IDENTITIES: dict[str, tuple[str, ...] | None] = {
+    "admin": None,
+    "flywheel": ("landing", "labeling", "dvc", "compute-logs"),
+    "mlflow": ("mlflow",),
+    "compute-logs": ("compute-logs",),
+}
+
+
+def actions(bucket: str, prefixes: tuple[str, ...] | None) -> list[str]:
+    """SeaweedFS's actions for an identity limited to `prefixes` of `bucket` (None: all)."""
+    if prefixes is None:
+        return ["Admin", "Read", "Write", "List", "Tagging"]
+    scoped = [f"{verb}:{bucket}/{prefix}/*" for prefix in prefixes for verb in ("Read", "Write")]
+    return [*scoped, f"List:{bucket}"]
+
+
+def write_identities(path: Path, bucket: str, secrets: Mapping[str, str]) -> None:
+    """The gateway's identities (`IDENTITIES`), each with its secret from `secrets`; its access
+    key is its name."""
+    identities = [
+        {
+            "name": name,
+            "credentials": [{"accessKey": name, "secretKey": secrets[name]}],
+            "actions": actions(bucket, prefixes),
+        }
+        for name, prefixes in IDENTITIES.items()
+    ]
+    write_atomically(path, json.dumps({"identities": identities}, indent=2), mode=0o600)
 
 
 def command(

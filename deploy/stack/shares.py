@@ -17,8 +17,9 @@ from collections.abc import Mapping
 
 from deploy.stack.supervisor import Service
 
-# The object store's key, and the authority its certificate is checked against.
-OBJECT_STORE = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_CA_BUNDLE")
+# The object store's region and the authority its certificate is checked against; its key is
+# each service's own (`Stack.own_key`: MLflow's, the compute logs'), limited to its prefixes.
+OBJECT_STORE = ("AWS_DEFAULT_REGION", "AWS_CA_BUNDLE")
 # libpq's settings: TLS, checked against the stack's authority.
 POSTGRES_CLIENT = ("PGSSLMODE", "PGSSLROOTCERT")
 # What Dagster's instance reads (deploy/dagster.stack.yaml): its storage through the pooler, its
@@ -33,7 +34,7 @@ INSTANCE = (
 # Each service's share of the stack's settings; None: all of them. PostgreSQL and PgBouncer
 # read their files, the object store its identities' file. MLflow's server gets its backend
 # store's URL and its authentication's secrets as its own variables
-# (`mlflow_auth.server_environment`), and its artifact store's key here.
+# (`mlflow_auth.server_environment`) and its key of the object store as its own variables.
 # nginx, in front of the webservers, reads its files only.
 SHARES: dict[str, tuple[str, ...] | None] = {
     "postgres": (),

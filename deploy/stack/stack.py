@@ -117,8 +117,7 @@ class Stack:
             "DAGSTER_PG_USER": "dagster",
             "DAGSTER_PG_PASSWORD": chosen["roles"]["dagster"],
             "DAGSTER_PG_DB": "dagster",
-            "AWS_ACCESS_KEY_ID": "flywheel",
-            "AWS_SECRET_ACCESS_KEY": chosen["s3_secret"],
+            **self.own_key("flywheel"),  # the runs' key of the object store (s3.IDENTITIES)
             "AWS_DEFAULT_REGION": "us-east-1",
             "FLYWHEEL_S3_ENDPOINT_URL": endpoint,
             "MLFLOW_S3_ENDPOINT_URL": endpoint,
@@ -153,6 +152,11 @@ class Stack:
             SENSOR_INTERVAL: "1",
             **environment_of(SETTINGS),
         }
+
+    def own_key(self, identity: str) -> dict[str, str]:
+        """The object store's key of `identity` (s3.IDENTITIES), as a client's variables."""
+        secret = state.s3_keys(self.settings)[identity]
+        return {"AWS_ACCESS_KEY_ID": identity, "AWS_SECRET_ACCESS_KEY": secret}
 
     def postgres_url(self, role: str | None = None) -> str:
         """The URL of a consumer's `role` to its database; without one, the administrator's URL
@@ -254,6 +258,8 @@ class Stack:
                 ),
                 env={
                     # The backend store's URL holds the password: environment, not command line.
+                    # Its own key of the object store: the `mlflow/` prefix only.
+                    **self.own_key("mlflow"),
                     "MLFLOW_BACKEND_STORE_URI": self.postgres_url("mlflow"),
                     # No job runner: its consumers serve MLflow's GenAI jobs, which flywheel does
                     # not use, and are processes that take CPU on an otherwise idle stack.
@@ -277,6 +283,7 @@ class Stack:
                 "daemon",
                 [str(bin_dir / "dagster-daemon"), "run", "-w", str(self.workspace)],
                 lambda: daemon_ready(self.supervisor.pid("daemon"), self.dagster_home),
+                env=self.own_key("compute-logs"),
             ),
             **proxy.services(
                 bin_dir,
@@ -285,6 +292,7 @@ class Stack:
                 self.proxy / "nginx.conf",
                 env["FLYWHEEL_DAGSTER_URL"],
                 (env["FLYWHEEL_DAGSTER_USER"], env["FLYWHEEL_DAGSTER_PASSWORD"]),
+                self.own_key("compute-logs"),
             ),
         }
         return shares.given(env, defined)
@@ -299,10 +307,10 @@ class Stack:
             say(f"initialised a PostgreSQL cluster in {self.pg_data}")
         tls.ensure(self.certificates.folder, postgres.SERVER_USER, self.address)
         self.configure_proxy()
-        postgres.write_hba(self.pg_data, self.clients())
-        s3.write_identities(
-            self.identities, self.environment()["AWS_ACCESS_KEY_ID"], self.settings["s3_secret"]
-        )
+        # PostgreSQL's clients: the services' address (the pooler's too), and the runs'.
+        clients = list(dict.fromkeys([self.address, self.code_server_address]))
+        postgres.write_hba(self.pg_data, clients)
+        s3.write_identities(self.identities, BUCKET, state.s3_keys(self.settings))
         self.objects.mkdir(parents=True, exist_ok=True)
         (self.supervisor.logs / "s3").mkdir(parents=True, exist_ok=True)
         services = self.services()
@@ -321,9 +329,10 @@ class Stack:
             if name == "mlflow":
                 mlflow_auth.ensure_runs_user(os.environ, self.settings["secrets"], say)
             if name == "s3":
-                s3.ensure_bucket(os.environ, BUCKET)
+                admin = {**os.environ, **self.own_key("admin")}
+                s3.ensure_bucket(admin, BUCKET)
                 s3.sync_writes(self.address, self.settings["ports"])
-                imported = s3.import_saved(self.root / "s3", os.environ, BUCKET)
+                imported = s3.import_saved(self.root / "s3", admin, BUCKET)
                 if imported:
                     say(f"imported {imported} objects saved by the former S3 endpoint")
         instance.open_warehouse_pool(self.dagster_home)
@@ -361,11 +370,6 @@ class Stack:
             postgres.scram_secret(self.postgres_url(), POOLED),
             self.certificates,
         )
-
-    def clients(self) -> list[str]:
-        """The addresses PostgreSQL's clients connect from: the services' one (its own clients
-        and the pooler), and the code server's, where the runs are."""
-        return list(dict.fromkeys([self.address, self.code_server_address]))
 
     def down(self, say: Callable[[str], None] = print) -> None:
         """Stop every process, the last started first; the state stays on disk."""

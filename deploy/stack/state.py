@@ -20,9 +20,23 @@ from pipelines.settings import STACK_ADDRESS, STACK_CODE_SERVER_ADDRESS
 
 LOOPBACK = "127.0.0.1"
 # The stack's other secrets, by name: MLflow's administrator's password, the runs' MLflow
-# password (user `flywheel`), the key MLflow's server signs its CSRF tokens with, and the
-# password of the Dagster UI's `operator` (deploy/stack/proxy.py).
+# password (user `flywheel`), the key MLflow's server signs its CSRF tokens with, the
+# password of the Dagster UI's `operator` (deploy/stack/proxy.py), and the object store's keys
+# but the runs' (`s3_secret`): its administrator's, MLflow's and the compute logs'
+# (deploy/stack/s3.py, IDENTITIES).
 SECRETS = ("mlflow_admin", "mlflow_runs", "mlflow_session_key", "ui_operator")
+SECRETS += ("s3_admin", "s3_mlflow", "s3_compute_logs")
+
+
+def s3_keys(kept: dict) -> dict[str, str]:
+    """The secret of each of the object store's identities (deploy/stack/s3.py, IDENTITIES)."""
+    chosen_secrets = kept["secrets"]
+    return {
+        "admin": chosen_secrets["s3_admin"],
+        "flywheel": kept["s3_secret"],
+        "mlflow": chosen_secrets["s3_mlflow"],
+        "compute-logs": chosen_secrets["s3_compute_logs"],
+    }
 
 
 def chosen(root: Path, ports: Sequence[str]) -> dict:

@@ -122,11 +122,11 @@ def test_each_service_of_the_stack_holds_only_what_its_table_allows(stack: Stack
         "postgres": set(),
         "pgbouncer": set(),
         "s3": set(),
-        "mlflow": {"AWS_SECRET_ACCESS_KEY", *holders.MLFLOW_SERVER},
+        "mlflow": {holders.S3_KEYS["mlflow"], *holders.MLFLOW_SERVER},
         "code_server": run_secrets,
-        "daemon": {"DAGSTER_PG_PASSWORD", "AWS_SECRET_ACCESS_KEY"},
-        "webserver": {"DAGSTER_PG_PASSWORD", "AWS_SECRET_ACCESS_KEY"},
-        "webserver_viewer": {"DAGSTER_PG_PASSWORD", "AWS_SECRET_ACCESS_KEY"},
+        "daemon": {"DAGSTER_PG_PASSWORD", holders.S3_KEYS["compute-logs"]},
+        "webserver": {"DAGSTER_PG_PASSWORD", holders.S3_KEYS["compute-logs"]},
+        "webserver_viewer": {"DAGSTER_PG_PASSWORD", holders.S3_KEYS["compute-logs"]},
         "proxy": set(),
     }
     assert set(held) == {"supervisord", *SERVICES}

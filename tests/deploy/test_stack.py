@@ -280,12 +280,44 @@ def test_the_object_store_syncs_each_object_to_disk_before_acknowledging_it(
     )
     time.sleep(1)
     monkeypatch.setenv("AWS_CA_BUNDLE", values["AWS_CA_BUNDLE"])
-    client = s3.client(values)
+    client = s3.client({**values, **Stack.of_home(home).own_key("admin")})  # any prefix
     for k in range(5):
         client.put_object(Bucket="flywheel", Key=f"sync-probe/{k}", Body=os.urandom(4096))
     traced.send_signal(signal.SIGINT)
     synced = [line for line in traced.communicate(timeout=30)[1].splitlines() if ".dat>" in line]
     assert len(synced) >= 5, synced  # one sync of a volume's data file per object at least
+
+
+def test_each_key_of_the_object_store_writes_only_its_own_prefixes(home: Path, monkeypatch):
+    """The runs' key (the landing producer's too, in stack.env) writes the landing zone and not
+    MLflow's artifacts; MLflow's key its artifacts only; the compute logs' key (the webserver's
+    and the daemon's) the logs only. A refused write is AccessDenied."""
+    from botocore.exceptions import ClientError
+
+    values = stack_env(home)
+    monkeypatch.setenv("AWS_CA_BUNDLE", values["AWS_CA_BUNDLE"])  # boto3 checks the store's
+    made = Stack.of_home(home)
+    keys = {
+        "runs": values,
+        "mlflow": {**values, **made.own_key("mlflow")},
+        "compute-logs": {**values, **made.own_key("compute-logs")},
+    }
+    allowed = {
+        "runs": {"landing", "labeling", "dvc", "compute-logs"},
+        "mlflow": {"mlflow"},
+        "compute-logs": {"compute-logs"},
+    }
+    for holder, env in keys.items():
+        client = s3.client(env)
+        for prefix in ("landing", "labeling", "dvc", "compute-logs", "mlflow"):
+            key = f"{prefix}/access-probe/{holder}"
+            if prefix in allowed[holder]:
+                client.put_object(Bucket="flywheel", Key=key, Body=b"")
+                client.delete_object(Bucket="flywheel", Key=key)
+                continue
+            with pytest.raises(ClientError) as refused:
+                client.put_object(Bucket="flywheel", Key=key, Body=b"")
+            assert refused.value.response["Error"]["Code"] == "AccessDenied", (holder, prefix)
 
 
 def test_dagster_reaches_its_database_through_the_pooler(home: Path, env: dict[str, str]):
