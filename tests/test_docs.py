@@ -161,7 +161,18 @@ def module_flags(module: str) -> set[str] | None:
     files = sorted(origin.parent.glob("*.py")) if origin.name == "__init__.py" else [origin]
     if origin.name == "__init__.py" and not (origin.parent / "__main__.py").exists():
         return None
-    return {f for path in files for f in re.findall(r"[\"'](--[a-z][\w-]*)[\"']", path.read_text())}
+    # A shared parser declares its flags in the project module it is imported from.
+    texts = [path.read_text() for path in files]
+    shared = {
+        m
+        for text in texts
+        for m in re.findall(r"^from ((?:tools|deploy)\.[\w.]+) import", text, re.M)
+    }
+    for name in shared:
+        found = importlib.util.find_spec(name)
+        if found is not None and found.origin is not None:
+            texts.append(Path(found.origin).read_text())
+    return {f for text in texts for f in re.findall(r"[\"'](--[a-z][\w-]*)[\"']", text)}
 
 
 def check_command(line: str, parsers: dict[str, argparse.ArgumentParser]) -> list[str]:

@@ -30,7 +30,6 @@ pytestmark = [
     pytest.mark.skipif(
         sys.platform != "linux", reason="the stack runs PostgreSQL from the distribution's packages"
     ),
-    pytest.mark.integration,
     # One stack at a time under pytest-xdist (`make test`); this test starts two, one after the
     # other.
     pytest.mark.xdist_group("stack"),
