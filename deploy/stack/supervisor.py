@@ -55,22 +55,35 @@ class Service:
     stop_wait_s: int = 30
 
 
+# Services whose processes write their title over their environment (nginx does), so that
+# /proc shows none of supervisord's names: found by their configuration file, relative to the
+# stack's folder, on the command line of their main process, with that process's children.
+TITLED = {"proxy": "proxy/nginx.conf"}
+
+
 def supervised(url: str, service: str | None = None) -> list[psutil.Process]:
     """Every live process, but this one, that the supervisord of `url` started (as `service`, if
     named) or that one of those started: supervisord names itself and the service in each
-    service's environment, which their children inherit. Another user's are not readable."""
+    service's environment, which their children inherit (`TITLED` services aside). Another
+    user's are not readable."""
+    root = Path(url.removeprefix("unix://")).parent.parent
+    titled = {f"-c {root / path}": name for name, path in TITLED.items() if service in (None, name)}
     found = []
     for process in psutil.process_iter():
         if process.pid == os.getpid():
             continue
         try:
             environment = process.environ()
+            command = " ".join(process.cmdline())
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
         ours = environment.get("SUPERVISOR_SERVER_URL") == url
         if ours and service in (None, environment.get("SUPERVISOR_PROCESS_NAME")):
             found.append(process)
-    return found
+        elif any(marker in command for marker in titled):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found += [process, *process.children(recursive=True)]
+    return list({process.pid: process for process in found}.values())
 
 
 class Supervisor:

@@ -216,3 +216,33 @@ def test_a_server_killed_alone_has_the_workers_it_left_stopped_before_it_starts_
     assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
     [again] = psutil.Process(supervisor.pid("server")).children()
     assert again.pid != worker.pid
+
+
+def test_a_service_that_hides_its_environment_is_found_by_its_configuration(tmp_path: Path):
+    """nginx writes its process title over its environment: the login's processes are found by
+    the configuration file under the stack's folder on the main one's command line, with the
+    workers it started, so a crash or a dead supervisord's leftovers leave none of them."""
+    from deploy.stack.supervisor import supervised
+
+    supervisor = Supervisor(tmp_path / "stack")
+    config = tmp_path / "stack" / "proxy" / "nginx.conf"
+    sleep = "import time; time.sleep(60)"
+    child = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {sleep!r}]); {sleep}"
+    master = subprocess.Popen([sys.executable, "-c", child, "-c", str(config)])
+    other = subprocess.Popen([sys.executable, "-c", sleep, "-c", str(tmp_path / "nginx.conf")])
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(master.pid).children():
+            assert time.monotonic() < deadline, "the main process started no worker"
+            time.sleep(0.1)
+        worker = psutil.Process(master.pid).children()[0].pid
+        found = {process.pid for process in supervised(supervisor.url)}
+        assert found == {master.pid, worker}
+        assert {process.pid for process in supervised(supervisor.url, "proxy")} == found
+        assert supervised(supervisor.url, "webserver") == []
+    finally:
+        for process in psutil.Process(master.pid).children(recursive=True):
+            process.kill()
+        for popen in (master, other):
+            popen.kill()
+            popen.wait()
