@@ -233,10 +233,11 @@ def read_manifest(folder: Path) -> dict:
     parts = manifest.get("parts", {})
     wrong = [name for name in ("postgres", f"s3/{BUCKET}", "checkout") if name not in parts]
     wrong += [name for name in REQUIRED if not (folder / name).exists()]
+    measured = {name: measure(folder / name) for name in parts}
     wrong += [
-        f"{name} ({measure(folder / name)[0]} files, not {entry['files']})"
+        f"{name} ({measured[name][0]} files, not {entry['files']})"
         for name, entry in parts.items()
-        if measure(folder / name) != (entry["files"], entry["bytes"])
+        if measured[name] != (entry["files"], entry["bytes"])
     ]
     if wrong or manifest.get("format") != FORMAT:
         raise StackError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import socket
@@ -40,12 +41,16 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
         return [probe.getsockname()[1] for probe in sockets]
 
 
-def http_ok(url: str, authority: Path | None = None) -> bool:
+def http_ok(url: str, authority: Path | None = None, auth: tuple[str, str] | None = None) -> bool:
     """Whether `url` answers 2xx (over TLS, its certificate checked against `authority`'s, or
-    the system's)."""
+    the system's; as user and password `auth`, by HTTP basic authentication, if given)."""
     context = ssl.create_default_context(cafile=authority) if authority else None
+    request = urllib.request.Request(url)
+    if auth:
+        token = base64.b64encode(":".join(auth).encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+        with urllib.request.urlopen(request, timeout=2, context=context) as response:
             return 200 <= response.status < 300
     except (urllib.error.URLError, OSError):
         return False

@@ -169,13 +169,14 @@ def services(
     ports: dict[str, int],
     config: Path,
     url: str,
-    auth: tuple,
+    auth: tuple[str, str],
+    authority: Path,
     webserver_env: dict[str, str],
 ) -> dict[str, Service]:
     """The operators' webserver, the viewers' read-only one (both on the loopback, at `ports`'
     `webserver` and `webserver_viewer`, each with `webserver_env` as its own variables) and
-    nginx in front of them (`config`, answering at `url` to `auth`, checked against the stack's
-    authority in REQUESTS_CA_BUNDLE)."""
+    nginx in front of them (`config`, answering at `url` to `auth`, its certificate checked
+    against `authority`)."""
 
     def webserver(name: str, *read_only: str) -> Service:
         local = f"http://127.0.0.1:{ports[name]}"
@@ -193,17 +194,9 @@ def services(
         "webserver": webserver("webserver"),
         "webserver_viewer": webserver("webserver_viewer", "--read-only"),
         "proxy": Service(
-            "proxy", command(config), lambda: answers(url, auth), user=postgres.SERVER_USER
+            "proxy",
+            command(config),
+            lambda: http_ok(f"{url}/server_info", authority, auth),
+            user=postgres.SERVER_USER,
         ),
     }
-
-
-def answers(url: str, auth: tuple) -> bool:
-    """Whether the UI at `url` lets `auth` in (its certificate checked as REQUESTS_CA_BUNDLE
-    says)."""
-    import requests
-
-    try:
-        return requests.get(f"{url}/server_info", auth=auth, timeout=5).ok
-    except requests.RequestException:
-        return False

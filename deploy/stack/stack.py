@@ -292,6 +292,7 @@ class Stack:
                 self.proxy / "nginx.conf",
                 env["FLYWHEEL_DAGSTER_URL"],
                 (env["FLYWHEEL_DAGSTER_USER"], env["FLYWHEEL_DAGSTER_PASSWORD"]),
+                self.certificates.authority,
                 self.own_key("compute-logs"),
             ),
         }
