@@ -34,6 +34,7 @@ INTEGRATION = {
     "tests/dbt/test_dbt_project.py",
     "tests/deploy/test_parity.py",
     "tests/deploy/test_processes.py",
+    "tests/deploy/test_read_only_run.py",
     "tests/deploy/test_restore.py",
     "tests/deploy/test_secrets.py",
     "tests/deploy/test_stack.py",

@@ -87,6 +87,7 @@ class FlywheelDbtCliResource(DbtCliResource):
         warehouse's password reaches dbt as `DBT_ENV_SECRET_WAREHOUSE_PASSWORD`, the name the
         profile reads it by: dbt scrubs the values of its `DBT_ENV_SECRET_` variables from its
         logs and errors."""
+        seed_parse_state(Path(self.project_dir))
         # DbtCliResource.cli copies os.environ for the dbt it starts before returning.
         with _environ_lock, _environ({SECRET_PASSWORD: WAREHOUSE_PASSWORD.get()}):
             if Path(self.dbt_executable).parent not in _environment_bin_folders():
@@ -371,11 +372,19 @@ def keep_parse_state(invocation: DbtCliInvocation) -> None:
     # dagster-dbt gives each invocation its own target folder, seeded with the project's
     # partial_parse.msgpack; dbt rejects a state parsed with other vars or another --target (as
     # `dbt parse` without --target leaves), so without this every invocation parses everything.
-    state = invocation.target_path / PARTIAL_PARSE_FILE
-    target = Setting("DBT_TARGET_PATH", "target").value()
-    seed = invocation.project_dir / target / PARTIAL_PARSE_FILE
-    if not state.exists():
+    _seed(invocation.project_dir, invocation.target_path / PARTIAL_PARSE_FILE)
+
+
+def seed_parse_state(project_dir: Path) -> None:
+    """Seed a DBT_TARGET_PATH outside the project (a read-only image's) with its parse state."""
+    _seed(project_dir, project_dir / "target" / PARTIAL_PARSE_FILE, where_none=True)
+
+
+def _seed(project_dir: Path, state: Path, where_none: bool = False) -> None:
+    seed = project_dir / Setting("DBT_TARGET_PATH", "target").value() / PARTIAL_PARSE_FILE
+    if seed == state or not state.exists() or (where_none and seed.exists()):
         return
+    seed.parent.mkdir(parents=True, exist_ok=True)
     partial = seed.with_name(f".{PARTIAL_PARSE_FILE}.{uuid.uuid4().hex[:8]}")
     shutil.copyfile(state, partial)
     os.replace(partial, seed)  # atomic: a concurrent invocation copies the old or the new

@@ -41,6 +41,9 @@ INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 # Where a pod keeps the dataset it fetched (an emptyDir volume).
 SCRATCH = "/scratch"
+# A pod's root file system is read-only: it writes only to its empty folders, SCRATCH and
+# these (its temporary files and the caches flywheel-env points at /tmp).
+WRITABLE = {"tmp": "/tmp"}
 # A pod that cannot start for one of these reasons never will: the Job is deleted and the step
 # fails naming it, rather than waiting forever.
 CANNOT_START = frozenset(
@@ -150,6 +153,7 @@ def worker_job(
         "dagster/run-id": run_id,
     }
     limits = {"memory": workers.memory}
+    folders = {"scratch": SCRATCH, **WRITABLE}
     node_selector, tolerations = None, None
     if workers.gpus:
         limits["nvidia.com/gpu"] = str(workers.gpus)
@@ -184,10 +188,14 @@ def worker_job(
         resources=k8s.V1ResourceRequirements(
             requests={"cpu": workers.cpu, "memory": workers.memory}, limits=limits
         ),
-        volume_mounts=[k8s.V1VolumeMount(name="scratch", mount_path=SCRATCH)],
-        # Kubernetes' `restricted` Pod Security Standard, as the run pods (deploy/helm).
+        volume_mounts=[
+            k8s.V1VolumeMount(name=name, mount_path=path) for name, path in folders.items()
+        ],
+        # Kubernetes' `restricted` Pod Security Standard and a read-only root file system, as
+        # the run pods (deploy/helm).
         security_context=k8s.V1SecurityContext(
             allow_privilege_escalation=False,
+            read_only_root_filesystem=True,
             capabilities=k8s.V1Capabilities(drop=["ALL"]),
         ),
     )
@@ -203,7 +211,9 @@ def worker_job(
         service_account_name=workers.service_account,
         node_selector=node_selector,
         tolerations=tolerations,
-        volumes=[k8s.V1Volume(name="scratch", empty_dir=k8s.V1EmptyDirVolumeSource())],
+        volumes=[
+            k8s.V1Volume(name=name, empty_dir=k8s.V1EmptyDirVolumeSource()) for name in folders
+        ],
     )
     return k8s.V1Job(
         api_version="batch/v1",

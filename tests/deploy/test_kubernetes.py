@@ -452,11 +452,11 @@ def test_image_runs_the_stacks_code_server_on_all_interfaces(tmp_path: Path):
     assert arguments(final, "USER") == ["10001:10001"]
 
 
-def locked() -> dict[str, tuple[str, int]]:
-    """deploy/requirements.lock: each package's version and number of hashes."""
+def locked(lock: str = "requirements.lock") -> dict[str, tuple[str, int]]:
+    """A lock file of deploy/: each package's version and number of hashes."""
     packages: dict[str, tuple[str, int]] = {}
     name = None
-    for line in (DEPLOY / "requirements.lock").read_text().splitlines():
+    for line in (DEPLOY / lock).read_text().splitlines():
         if pin := re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line):
             name = canonicalize_name(pin[1])
             packages[name] = (pin[2], 0)
@@ -476,9 +476,13 @@ def test_image_installs_the_lock_and_the_pinned_torch():
     torch = next(r for r in requirements if r.name == "torch")
     assert str(torch.specifier) == f"=={args['TORCH_VERSION']}"
     assert f"torch=={args['TORCH_VERSION']}" in (REPO / "Makefile").read_text()
-    assert any(
-        "--require-hashes" in run and "requirements.lock" in run for run in arguments(build, "RUN")
-    )
+    runs = arguments(build, "RUN")
+    assert any("--require-hashes" in run and "requirements.lock" in run for run in runs)
+    # The installer too: uv, the version the Makefile's set-up installs, hash-checked by pip.
+    (installer,) = [run for run in runs if "installer.lock" in run]
+    assert "--require-hashes" in installer and "uv==" not in installer
+    [(uv, (version, hashes))] = locked("installer.lock").items()
+    assert uv == "uv" and hashes and f"uv=={version}" in (REPO / "Makefile").read_text()
     packages = locked()
     assert not [
         p for p in packages if p in {"torch", "triton"} or p.startswith(("nvidia-", "cuda-"))
@@ -565,12 +569,18 @@ def code_server_pod() -> dict:
         "image": f"{deployment['image']['repository']}:{deployment['image']['tag']}",
         "securityContext": deployment["securityContext"],
         "resources": deployment["resources"],
+        "volumeMounts": deployment["volumeMounts"],
+    }
+    spec = {
+        "securityContext": deployment["podSecurityContext"],
+        "containers": [container],
+        "volumes": deployment["volumes"],
     }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "flywheel-code-server"},
-        "spec": {"securityContext": deployment["podSecurityContext"], "containers": [container]},
+        "spec": spec,
     }
 
 
@@ -601,15 +611,25 @@ def pod_spec(obj: dict) -> dict:
 
 
 def test_every_rendered_object_is_valid_for_the_kubernetes_api_and_restricted(rendered):
+    step = "retraining step flights__challenger_model"
     for what, obj in rendered.items():
         # strict: a field the API does not know is an error, not silently dropped
         kubernetes_validate.validate(obj, KUBERNETES, strict=True)
         assert pod_security.violations(pod_spec(obj)) == [], what
-    # The chart's pods write only to their empty folders.
-    for what in ("webserver", "read-only webserver", "daemon", "migrate job"):
-        for container in pod_spec(rendered[what])["containers"]:
+    # Every pod writes only to its empty folders (tests/deploy/test_read_only_root.py and
+    # test_read_only_run.py run the processes so), each run's and step's to every folder that
+    # flywheel-env points a tool at.
+    folders = [v for v in load_yaml(HELM / "flywheel-env.yaml")["data"].values() if v[:1] == "/"]
+    for what, obj in rendered.items():
+        pod = pod_spec(obj)
+        empty = {v["name"] for v in pod.get("volumes") or [] if "emptyDir" in v}
+        for container in pod["containers"]:
             assert container["securityContext"]["readOnlyRootFilesystem"], what
-    step = "retraining step flights__challenger_model"
+            mounts = [m["mountPath"] for m in container["volumeMounts"] if m["name"] in empty]
+            assert "/tmp" in mounts, what
+            if what.endswith(" run") or what.startswith("retraining step "):
+                for folder in folders:
+                    assert any(Path(folder).is_relative_to(m) for m in mounts), (what, folder)
     training = pod_spec(rendered[step])["containers"][0]["resources"]["limits"]
     assert training["nvidia.com/gpu"] == "1"
 

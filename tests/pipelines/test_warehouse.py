@@ -16,12 +16,14 @@ from packaging.version import Version
 
 from pipelines.lib.dbt import (
     KEEP_TARGETS_ENV,
+    PARTIAL_PARSE_FILE,
     WINDOW_ENV_VARS,
     FlywheelDbtCliResource,
     build_command,
     date_window_env,
     dbt_executable,
     dbt_project,
+    seed_parse_state,
 )
 from pipelines.lib.warehouse import DuckDBWarehouse
 from sim.world.replay import land_days
@@ -238,6 +240,26 @@ def test_a_build_writes_no_artifacts_into_a_folder_it_removes(monkeypatch):
     assert build_command()[0] == "build" and "--no-write-json" in build_command()
     monkeypatch.setenv(KEEP_TARGETS_ENV, "1")
     assert "--no-write-json" not in build_command()
+
+
+def test_a_target_folder_outside_the_project_starts_from_the_projects_parse_state(
+    tmp_path, monkeypatch
+):
+    """On Kubernetes DBT_TARGET_PATH is an empty folder of the pod, the project's parse state
+    (the image's) read-only: the first command starts from a copy of it, later ones from theirs."""
+    project = tmp_path / "project"
+    (project / "target").mkdir(parents=True)
+    (project / "target" / PARTIAL_PARSE_FILE).write_bytes(b"the image's")
+    monkeypatch.setenv("DBT_TARGET_PATH", str(tmp_path / "state" / "dbt-target"))
+    seed_parse_state(project)
+    seed = tmp_path / "state" / "dbt-target" / PARTIAL_PARSE_FILE
+    assert seed.read_bytes() == b"the image's"
+    seed.write_bytes(b"a later command's")
+    seed_parse_state(project)
+    assert seed.read_bytes() == b"a later command's"
+    monkeypatch.delenv("DBT_TARGET_PATH")
+    seed_parse_state(project)  # the project's own target folder: nothing to copy
+    assert [p.name for p in (project / "target").iterdir()] == [PARTIAL_PARSE_FILE]
 
 
 def test_date_window_env_restores_the_environment(monkeypatch):
