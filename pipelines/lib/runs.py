@@ -172,6 +172,16 @@ def _free_slots_of_finished_runs(instance: dg.DagsterInstance) -> None:
         storage.free_concurrency_slots_for_run(record.dagster_run.run_id)
 
 
+def earlier_attempts(instance: dg.DagsterInstance, run: dg.DagsterRun | None) -> list[str]:
+    """The ids of the runs that `run` retries (its parent, its parent's...), nearest first: by
+    Dagster's own retries, or by those requested with `retry_tags` (which name only the tag)."""
+    attempts = []
+    while run is not None and (parent := run.parent_run_id or run.tags.get(PARENT_RUN_TAG)):
+        attempts.append(parent)
+        run = instance.get_run_by_id(parent)
+    return attempts
+
+
 def retry_tags(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dict[str, str] | None:
     """The tags of `run`'s retry under the instance's `run_retries` settings, None if none is due.
 

@@ -158,6 +158,26 @@ class MlflowTracker(dg.ConfigurableResource):
 
         return log_trial
 
+    def end_abandoned(self, dagster_run_ids: Sequence[str]) -> list[str]:
+        """End as KILLED the runs still RUNNING that Dagster runs `dagster_run_ids` started; their
+        ids. A run whose process was killed (SIGKILL, the OOM killer) never ended its own: its
+        retry calls this for the attempts before it, which would otherwise stay RUNNING for ever."""
+        from mlflow.entities import RunStatus
+
+        if not dagster_run_ids:
+            return []
+        client, experiment_id = self.client(), self.experiment_id()
+        ended = []
+        for dagster_run_id in dagster_run_ids:
+            running = client.search_runs(
+                [experiment_id],
+                f"tags.`dagster.run_id` = '{dagster_run_id}' and attributes.status = 'RUNNING'",
+            )
+            for run in running:
+                client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.KILLED))
+                ended.append(run.info.run_id)
+        return ended
+
     def run_url(self, run_id: str) -> str | None:
         """A link to the run in the tracking server's UI (None for a local store)."""
         if not self.tracking_uri.startswith(("http://", "https://")):

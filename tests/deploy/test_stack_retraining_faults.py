@@ -1,20 +1,26 @@
-"""Services killed during a retraining on the production-shaped stack.
+"""Services and a run's process killed during a retraining on the production-shaped stack.
 
 The loop of tests/deploy/test_parity.py is played through the daemon (`sim run --daemon`): the
 operator's bootstrap retraining on the fourth day, the weekly schedule's on the fifth. While it
-plays, two services are SIGKILLed at chosen moments of those retrainings, and supervisord
-restarts each:
+plays, three processes are SIGKILLed at chosen moments of those retrainings:
 
 - the object store, as the bootstrap's dataset step starts pushing its version to the DVC remote
   (the version's pointer file has just been written by `dvc add`; `dvc push` comes next);
+- the bootstrap's own run process (the run worker the code server started), once that dataset
+  step has succeeded and its training step is inside a tuning trial (the trial RUNNING in
+  Optuna's storage; the challenger not yet fit, logged or registered);
 - the MLflow server, as the scheduled retraining's challenger starts being logged (its parameters,
   the first thing `log_challenger` sends, have reached the server; metrics, the baselines' and
   the model's artifacts and the model's registration are still to come).
 
+supervisord restarts the two services; the killed run is failed by the code server that started
+it and retried by the daemon. The run's kill comes after the object store's fault is over (its
+step succeeded) and in another retraining than MLflow's, so each fault's outcome is its own.
+
 The simulation must then finish without a hand, as it would unharmed: each run once (the killed
 ones retried), two dataset versions that an empty cache fetches from the remote, two registered
-versions, each the one its retraining recorded, every MLflow run of the retrainings ended, and
-no Dagster run left queued or in progress.
+versions, each the one its retraining recorded, every MLflow run of the retrainings ended, no
+tuning trial left running, and no Dagster run left queued or in progress.
 """
 
 from __future__ import annotations
@@ -29,6 +35,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.deploy.retraining_state import (
+    alive,
+    dagster_state,
+    mlflow_state,
+    parent_run,
+    run_messages,
+    study_storage,
+    trials,
+    tuning_state,
+)
 from tests.deploy.stackctl import passable, stack, stack_env
 from tests.deploy.test_parity import (
     BUDGET,
@@ -37,6 +53,7 @@ from tests.deploy.test_parity import (
     summary,
     task_file,  # noqa: F401 (a fixture: the flagship task with a one-day cooldown)
 )
+from tests.deploy.test_stack import run_pids
 
 REPO = Path(__file__).resolve().parents[2]
 DATASET_STEP, TRAINING_STEP = "flights__training_dataset", "flights__challenger_model"
@@ -47,7 +64,7 @@ pytestmark = [
     ),
     # One stack at a time under pytest-xdist (`make test`): each starts eight processes.
     pytest.mark.xdist_group("stack"),
-    # A loop played with two retrainings: about ten minutes, for `make test-all`.
+    # A loop played with two retrainings, one of them twice: minutes, for `make test-all`.
     pytest.mark.slow,
 ]
 
@@ -147,12 +164,43 @@ def kill_the_object_store_during_the_push(home: Path, sim, output: Path) -> dict
     return {"run": run_id, "step_done": pushed, "restart_s": restarted(home, "s3", killed)}
 
 
-def parent_run(client, run_id: str):
-    """The MLflow run of the challenger trained by Dagster run `run_id` (not its trials')."""
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    found = client.search_runs(experiments, f"tags.`dagster.run_id` = '{run_id}'")
-    parents = [r for r in found if "mlflow.parentRunId" not in r.data.tags]
-    return parents[0] if parents else None
+def kill_the_run_in_a_trial(home: Path, sim, output: Path, run_id: str) -> dict:
+    """SIGKILL the process of retraining run `run_id` once its dataset step has succeeded and
+    its training step is inside a tuning trial (RUNNING in Optuna's storage)."""
+    import dagster as dg
+    import psutil
+
+    storage = study_storage(stack_env(home))
+    with dg.DagsterInstance.get() as instance:
+
+        def training() -> str | None:
+            status = instance.get_run_by_id(run_id).status
+            assert status == dg.DagsterRunStatus.STARTED, f"the run ended {status} untrained"
+            return in_step(instance, TRAINING_STEP, lambda run: run.run_id == run_id)
+
+        poll(sim, output, training, "bootstrap retraining in its training step", every_s=0.5)
+        running = poll(
+            sim,
+            output,
+            lambda: trials(storage, ("RUNNING",)) or None,
+            "tuning trial running",
+            every_s=0.1,
+        )
+        (pid,) = run_pids(instance, run_id)
+        # Whatever the run's process started (a tuning worker, a data loader) is to end with it.
+        children = psutil.Process(pid).children(recursive=True)
+        os.kill(pid, signal.SIGKILL)
+        at = time.time()
+        trained = step_finished(instance, run_id, TRAINING_STEP, by=at)
+        pushed = step_finished(instance, run_id, DATASET_STEP, by=at)
+    return {
+        "run": run_id,
+        "children": children,
+        "step_done": trained,
+        "dataset_done": pushed,
+        # Read after the kill: a trial the dead process held stays RUNNING until it is failed.
+        "trials_held": [t for t in trials(storage, ("RUNNING",)) if t in running],
+    }
 
 
 def kill_mlflow_while_logging(home: Path, sim, output: Path, bootstrap: str) -> dict:
@@ -206,61 +254,9 @@ def bootstrap_succeeded(home: Path, sim, output: Path) -> str:
     return poll(sim, output, done, "successful bootstrap retraining", every_s=2)
 
 
-def mlflow_state(env: dict[str, str]) -> dict:
-    """The retrainings' MLflow runs (not their trials') with their status and Dagster run, and
-    the registered versions with their training runs."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    runs = [
-        {
-            "id": r.info.run_id,
-            "status": r.info.status,
-            "dagster_run": r.data.tags.get("dagster.run_id"),
-        }
-        for r in client.search_runs(experiments, "tags.`dagster.run_id` != ''", max_results=1000)
-        if "mlflow.parentRunId" not in r.data.tags
-    ]
-    versions = {
-        v.version: v.run_id for v in client.search_model_versions("name = 'flywheel-flights'")
-    }
-    return {"runs": runs, "versions": versions}
-
-
-def dagster_state() -> dict:
-    """Every run's job, status, retry tags; and the challengers' materializations."""
-    import dagster as dg
-
-    with dg.DagsterInstance.get() as instance:
-        records = instance.get_run_records(dg.RunsFilter(), ascending=True)
-        runs = [
-            {
-                "id": r.dagster_run.run_id,
-                "job": r.dagster_run.job_name,
-                "status": r.dagster_run.status.value,
-                "parent": r.dagster_run.tags.get("dagster/parent_run_id"),
-            }
-            for r in records
-        ]
-        challengers = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["flights", "challenger_model"])),
-            limit=100,
-            ascending=True,
-        ).records
-        recorded = [
-            {
-                k: str(c.asset_materialization.metadata[k].value)
-                for k in ("registered_model_version", "mlflow_run_id")
-            }
-            for c in challengers
-        ]
-    return {"runs": runs, "challengers": recorded}
-
-
 @pytest.fixture(scope="module")
 def played(tmp_path_factory, task_file: Path) -> Iterator[dict]:  # noqa: F811
-    """The loop played through a stack with the two kills; what it left."""
+    """The loop played through a stack with the three kills; what it left."""
     home = tmp_path_factory.mktemp("stack")
     passable(home)
     output = home / "sim-run.out"
@@ -282,6 +278,7 @@ def played(tmp_path_factory, task_file: Path) -> Iterator[dict]:  # noqa: F811
                 )
             try:
                 push = kill_the_object_store_during_the_push(home, sim, output)
+                run = kill_the_run_in_a_trial(home, sim, output, push["run"])
                 bootstrap = bootstrap_succeeded(home, sim, output)
                 logging = kill_mlflow_while_logging(home, sim, output, bootstrap)
                 returncode = sim.wait(timeout=1500)
@@ -292,11 +289,13 @@ def played(tmp_path_factory, task_file: Path) -> Iterator[dict]:  # noqa: F811
             assert returncode == 0, f"sim run failed:\n{output.read_text()}"
             yield {
                 "push": push,
+                "run": {**run, "log": run_messages(run["run"])},
                 "logging": logging,
                 "loop": summary(env),
                 "stores": inventory(env, home / "inventory"),
                 "mlflow": mlflow_state(env),
                 "dagster": dagster_state(),
+                "tuning": tuning_state(env),
             }
         finally:
             stack("down", home)
@@ -356,3 +355,43 @@ def test_the_mlflow_server_killed_while_a_retraining_logs_is_restarted_and_nothi
     assert not [r for r in mlflow["runs"] if r["status"] == "RUNNING"], mlflow["runs"]
     finished = {r["id"] for r in mlflow["runs"] if r["status"] == "FINISHED"}
     assert {c["mlflow_run_id"] for c in challengers} <= finished
+
+
+def test_the_retraining_run_killed_in_a_trial_is_failed_retried_and_registers_once(played: dict):
+    killed = played["run"]
+    assert killed["dataset_done"], "the run was killed before the object store's fault was over"
+    assert not killed["step_done"], "the run was killed after the challenger was trained"
+    assert killed["trials_held"], "the trial had ended before the run was killed"
+    assert_converged(played["dagster"])
+    assert_each_run_once(played["loop"])
+    # Failed (the code server that started the run's process saw it die), then retried once by
+    # the daemon, and the retry completed the bootstrap.
+    runs = {r["id"]: r for r in played["dagster"]["runs"]}
+    assert runs[killed["run"]]["status"] == "FAILURE"
+    retries = [r["status"] for r in runs.values() if r["parent"] == killed["run"]]
+    assert retries == ["SUCCESS"]
+    # What an operator reads in the killed run's log: the code server's word that the run's
+    # process, named, was ended by SIGKILL.
+    crashed = f"Run execution process for {killed['run']} was terminated by signal 9 (SIGKILL)"
+    assert [m for m in killed["log"] if crashed in m], killed["log"]
+    # One registered version per challenger materialized: the killed attempt registered none.
+    mlflow, challengers = played["mlflow"], played["dagster"]["challengers"]
+    assert [c["registered_model_version"] for c in challengers] == ["1", "2"]
+    assert mlflow["versions"] == {
+        c["registered_model_version"]: c["mlflow_run_id"] for c in challengers
+    }
+    # The killed attempt's MLflow run, which its process could not end, was ended by its retry.
+    statuses = [r["status"] for r in mlflow["runs"] if r["dagster_run"] == killed["run"]]
+    assert statuses == ["KILLED"], mlflow["runs"]
+    # No trial left running or waiting; the held one failed and was run again, and each study
+    # completed its budget exactly.
+    budget = int(BUDGET["FLYWHEEL_TRIALS"])
+    tuning = played["tuning"]
+    assert len(tuning) == 2, tuning
+    for states in tuning.values():
+        assert set(states) <= {"COMPLETE", "PRUNED", "FAIL"}, tuning
+        assert states.get("COMPLETE", 0) + states.get("PRUNED", 0) == budget, tuning
+    for study, _, _ in killed["trials_held"]:
+        assert tuning[study].get("FAIL") == 1, tuning
+    # Nothing the run's process had started outlived it.
+    assert not [p.pid for p in killed["children"] if alive(p)]

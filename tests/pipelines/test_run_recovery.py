@@ -19,6 +19,7 @@ from pipelines.lib.runs import (
     PID_STARTED_TAG,
     PID_TAG,
     PoolWaitTimeoutError,
+    earlier_attempts,
     fail_dead_runs,
     full_pool_holders,
     process_tags,
@@ -26,6 +27,7 @@ from pipelines.lib.runs import (
     retry_tags,
     wait_for_pools,
 )
+from pipelines.lib.tracking import tracker_resource
 from tests.pipelines.killing import DAGSTER_YAML, instance_at, lock_holder
 
 
@@ -151,3 +153,56 @@ def test_a_dead_holder_found_while_waiting_for_a_slot_is_retried_before_the_wait
 
     wait_for_pools(instance, timeout_s=0.3, poll_s=0.1, recover=recover)
     assert retried == [dead.run_id]
+
+
+def test_the_mlflow_runs_a_killed_attempt_left_running_are_ended_by_its_retry(
+    instance, tmp_path
+) -> None:
+    """A SIGKILLed attempt never ends its MLflow runs; its retry's challenger step ends them
+    (pipelines/defs/training/assets.py), and nobody else's."""
+    from mlflow.entities import RunStatus
+
+    # The first attempt; its retry by Dagster's run-retry daemon; the retry's, as the embedded
+    # driver and missed_retry_sensor request it (tags only).
+    attempts = [dg.DagsterRun(job_name="retraining_job", run_id=str(uuid.uuid4()))]
+    attempts.append(
+        dg.DagsterRun(
+            job_name="retraining_job",
+            run_id=str(uuid.uuid4()),
+            parent_run_id=attempts[0].run_id,
+            root_run_id=attempts[0].run_id,
+        )
+    )
+    attempts.append(
+        dg.DagsterRun(
+            job_name="retraining_job",
+            run_id=str(uuid.uuid4()),
+            tags=retry_tags(instance, attempts[1]) or {},
+        )
+    )
+    for attempt in attempts:
+        instance.add_run(attempt)
+    first, second, third = (run.run_id for run in attempts)
+    assert earlier_attempts(instance, attempts[2]) == [second, first]
+    assert earlier_attempts(instance, attempts[0]) == []
+
+    tracker = tracker_resource("local", tmp_path / "home")
+    client, experiment_id = tracker.client(), tracker.experiment_id()
+
+    def run(dagster_run_id: str, ended: bool = False) -> str:
+        created = client.create_run(experiment_id, tags={"dagster.run_id": dagster_run_id})
+        if ended:
+            client.set_terminated(created.info.run_id, "FINISHED")
+        return created.info.run_id
+
+    # The first attempt's run and a trial's, both left RUNNING by the kill; the second
+    # attempt's, ended; the retry's own and another Dagster run's, running.
+    killed = {run(first), run(first)}
+    finished, own, other = run(second, ended=True), run(third), run(str(uuid.uuid4()))
+
+    assert set(tracker.end_abandoned(earlier_attempts(instance, attempts[2]))) == killed
+    status = {r: client.get_run(r).info.status for r in [*killed, finished, own, other]}
+    killed_status = RunStatus.to_string(RunStatus.KILLED)
+    assert {status[r] for r in killed} == {killed_status}
+    assert [status[finished], status[own], status[other]] == ["FINISHED", "RUNNING", "RUNNING"]
+    assert tracker.end_abandoned([first, second]) == []

@@ -16,6 +16,7 @@ from ml.model_cache import CacheEntry, ModelCache, cache_key
 from pipelines.lib.asset_keys import task_key, task_prefix
 from pipelines.lib.datasets import DvcDatasetStore
 from pipelines.lib.registry import DATASET_TAG, log_baselines, registered_name, seal
+from pipelines.lib.runs import earlier_attempts
 from pipelines.lib.tracking import MlflowTracker, TuningStorage, git_commit
 from pipelines.lib.tuning_workers import DatasetRef, TuningWorkers, datamodule_for
 from pipelines.settings import retraining_default
@@ -222,6 +223,8 @@ def build_training_assets(
             DatasetRef(task_name, dataset.dvc_hash, config.seed, config.min_steps_per_epoch),
             context.run_id,
         )
+        # An earlier attempt killed mid-training left its MLflow run RUNNING: it ends here.
+        tracker.end_abandoned(earlier_attempts(context.instance, context.run))
         tags = {
             DATASET_TAG: dataset.dvc_hash,
             "git.commit": git_commit(),
