@@ -202,6 +202,8 @@ def restore(root: Path, folder: Path, say: Callable[[str], None] = print) -> Non
     say(f"postgres          the cluster, in {time.monotonic() - started:.1f} s")
     started = time.monotonic()
     shutil.copytree(folder / "s3" / BUCKET, staging / "s3" / BUCKET)
+    if (etags := folder / "s3" / f"{BUCKET}{s3.ETAGS}").exists():  # absent from older backups
+        shutil.copyfile(etags, staging / "s3" / etags.name)
     say(f"s3/{BUCKET:<14} the bucket's copy, in {time.monotonic() - started:.1f} s")
     shutil.copytree(folder / "checkout", staging / "checkout", symlinks=True)
     settings = json.loads((folder / "stack.json").read_text())

@@ -12,6 +12,7 @@ line). A deployment points the same settings at S3 or at its own S3-compatible s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -34,6 +35,11 @@ VOLUME_MB = 256
 PROBE = ".flywheel-write-probe"
 # Where the gateway keeps the buckets' objects in the filer: the path its fsync setting covers.
 BUCKETS = "/buckets/"
+# Beside a bucket's copy (`<bucket>.etags.json`): each object's ETag when it was copied.
+ETAGS = ".etags.json"
+MiB, MB = 1 << 20, 10**6
+# The most one PUT may carry (S3's limit); above it an object is always uploaded in parts.
+SINGLE_PUT_MAX = 5 * 1024 * MiB
 # Seconds the store gets to stop: the volume server's wait (`-volume.preStopSeconds`) and the
 # filer's wait for its clients' streams, then SIGKILL for the rest.
 STOP_WAIT_S = 20
@@ -194,18 +200,65 @@ def ensure_bucket(env: Mapping[str, str], bucket: str, timeout_s: float = 60.0) 
     )
 
 
+def multipart_etag(path: Path, chunk: int) -> str:
+    """The ETag S3 gives `path` uploaded in parts of `chunk` bytes: the MD5 of its parts' MD5s,
+    then the number of parts."""
+    digests = []
+    with path.open("rb") as stream:
+        while block := stream.read(chunk):
+            digests.append(hashlib.md5(block).digest())
+    return f'"{hashlib.md5(b"".join(digests)).hexdigest()}-{len(digests)}"'
+
+
+def same_etag_upload(path: Path, etag: str | None):
+    """How to upload `path` so that it gets `etag` again: one PUT for a plain MD5 (or none
+    known); for an object first uploaded in parts, parts of the size its uploader used (found
+    among whole MiB and MB sizes, checked against `etag`). None if no such size is found."""
+    from boto3.s3.transfer import TransferConfig
+
+    size = path.stat().st_size
+    if etag is None or "-" not in etag:
+        return TransferConfig(multipart_threshold=max(SINGLE_PUT_MAX, size + 1))
+    parts = int(etag.strip('"').rsplit("-", 1)[1])
+    # The sizes that cut `size` into `parts` parts: (size / parts) <= chunk < size / (parts - 1).
+    low, high = -(-size // parts), (size - 1) // (parts - 1) if parts > 1 else SINGLE_PUT_MAX
+    for unit in (MiB, MB):
+        for chunk in range(-(-low // unit) * unit, min(high, SINGLE_PUT_MAX) + 1, unit):
+            if multipart_etag(path, chunk) == etag:
+                return TransferConfig(
+                    multipart_threshold=min(chunk, size), multipart_chunksize=chunk
+                )
+    return None
+
+
 def import_saved(folder: Path, env: Mapping[str, str], bucket: str) -> int:
-    """Put the objects a stack of an earlier version saved under `folder/bucket` (its in-memory
-    endpoint wrote them there at `down`) into the store, once: the folder is renamed after.
-    How many."""
-    saved = folder / bucket
+    """Put the objects saved under `folder/bucket` (by `save`, or by a stack of an earlier version
+    at `down`) into the store, once: the folder is renamed after. Each object keeps the ETag it
+    had when saved (`<bucket>.etags.json`), so a sensor that remembers ETags (the landing
+    sensor) takes none of them again; one whose ETag cannot be made again is named. How many."""
+    saved, etags_file = folder / bucket, folder / f"{bucket}{ETAGS}"
     if not saved.exists():
         return 0
-    s3 = client(env)
+    etags = json.loads(etags_file.read_text()) if etags_file.exists() else {}
+    s3, changed = client(env), []
     files = sorted(p for p in saved.rglob("*") if p.is_file())
     for path in files:
-        s3.upload_file(str(path), bucket, path.relative_to(saved).as_posix())
+        key = path.relative_to(saved).as_posix()
+        transfer = same_etag_upload(path, etags.get(key))
+        s3.upload_file(str(path), bucket, key, Config=transfer)
+        if transfer is None or (
+            key in etags and s3.head_object(Bucket=bucket, Key=key)["ETag"] != etags[key]
+        ):
+            changed.append(key)
+    if changed:
+        print(
+            f"the object store gave {len(changed)} restored objects another ETag than they had "
+            f"(a sensor that remembers ETags takes them again): {', '.join(changed[:5])}",
+            file=sys.stderr,
+        )
     saved.rename(folder / f"{bucket}.imported")
+    if etags_file.exists():
+        etags_file.rename(folder / f"{bucket}.imported{ETAGS}")
     return len(files)
 
 
@@ -215,14 +268,20 @@ def save(folder: Path, env: Mapping[str, str], bucket: str) -> int:
     s3 = client(env)
     target = folder / f".{bucket}.saving"
     shutil.rmtree(target, ignore_errors=True)
-    count = 0
+    etags = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         for item in page.get("Contents", []):
             path = target / item["Key"]
             path.parent.mkdir(parents=True, exist_ok=True)
-            s3.download_file(bucket, item["Key"], str(path))
-            count += 1
+            # The ETag of the bytes copied (the object may have been written again since it was
+            # listed).
+            got = s3.get_object(Bucket=bucket, Key=item["Key"])
+            with path.open("wb") as copy:
+                shutil.copyfileobj(got["Body"], copy, MiB)
+            etags[item["Key"]] = got["ETag"]
     target.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(folder / bucket, ignore_errors=True)
+    write_atomically(folder / f".{bucket}{ETAGS}", json.dumps(etags, indent=1))
     target.rename(folder / bucket)
-    return count
+    (folder / f".{bucket}{ETAGS}").rename(folder / f"{bucket}{ETAGS}")
+    return len(etags)

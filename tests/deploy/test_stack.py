@@ -320,6 +320,51 @@ def test_each_key_of_the_object_store_writes_only_its_own_prefixes(home: Path, m
             assert refused.value.response["Error"]["Code"] == "AccessDenied", (holder, prefix)
 
 
+def test_a_saved_bucket_is_put_back_with_each_object_s_etag(home: Path, tmp_path, monkeypatch):
+    """A bucket's copy (`backup`), put back (`up` after `restore`), keeps each object's ETag: the
+    landing sensor knows a file by its ETag. Over 8 MiB boto3 uploads in parts, and the ETag is
+    then the parts' (the MD5 of their MD5s, then their count); put back whole, or in parts of
+    another size, it would change, and the sensor would take the file again."""
+    from boto3.s3.transfer import TransferConfig
+
+    values = stack_env(home)
+    monkeypatch.setenv("AWS_CA_BUNDLE", values["AWS_CA_BUNDLE"])
+    admin = {**values, **Stack.of_home(home).own_key("admin")}
+    client, bucket = s3.client(admin), "etag-probe"
+    client.create_bucket(Bucket=bucket)
+    uploads = {
+        "landing/small.csv": (100_000, TransferConfig()),
+        "landing/default-parts.csv": (9 * s3.MiB + 7, TransferConfig()),
+        "dvc/five-mb-parts": (12 * s3.MB + 3, TransferConfig(multipart_chunksize=5 * s3.MB)),
+    }
+    source = tmp_path / "source"
+    source.mkdir()
+    for key, (size, transfer) in uploads.items():
+        path = source / key.replace("/", "_")
+        path.write_bytes(os.urandom(size))
+        client.upload_file(str(path), bucket, key, Config=transfer)
+
+    def etags() -> dict[str, str]:
+        return {key: client.head_object(Bucket=bucket, Key=key)["ETag"] for key in uploads}
+
+    taken = etags()
+    assert [etag.rsplit("-", 1)[-1] for etag in taken.values()][1:] == ['2"', '3"']
+    saved = tmp_path / "saved"
+    assert s3.save(saved, admin, bucket) == 3
+    for key in uploads:
+        client.delete_object(Bucket=bucket, Key=key)
+    assert s3.import_saved(saved, admin, bucket) == 3
+    assert etags() == taken
+    for key in uploads:
+        copy = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert copy == (source / key.replace("/", "_")).read_bytes()
+    # Put back without the ETags the copy recorded, as before them: the parts' ETags change.
+    (saved / f"{bucket}.imported").rename(saved / bucket)
+    assert s3.import_saved(saved, admin, bucket) == 3
+    changed = {key for key, etag in etags().items() if etag != taken[key]}
+    assert changed == {"landing/default-parts.csv", "dvc/five-mb-parts"}
+
+
 def test_dagster_reaches_its_database_through_the_pooler(home: Path, env: dict[str, str]):
     """dagster-postgres opens a connection for each storage call (the daemon's loops and the
     landing sensor's ticks here): through PgBouncer the server starts a process for a few."""
