@@ -1,6 +1,7 @@
 """The same report, figure for figure, from two revisions of the code: a reshaping's proof.
 
     python -m bench.same_report --base REV [--head REV] [--start 2013-11-01 --days 49 ...]
+        [--policy flywheel]
 
 Plays the simulation over one fixed span twice, each in a state of its own: once with the code of
 git revision `--base` and once with the working tree's (or revision `--head`'s), each revision
@@ -157,12 +158,14 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--max-epochs", type=int, default=4)
     parser.add_argument("--members", type=int, default=1)
+    parser.add_argument("--policy", default="flywheel", help="the retraining policy both play")
     parser.add_argument("--keep", action="store_true", help="keep the two states and logs")
     args = parser.parse_args()
     run_args = [
         *("--start", args.start, "--days", str(args.days)),
         *("--bootstrap-days", str(args.bootstrap_days), "--trials", str(args.trials)),
         *("--max-epochs", str(args.max_epochs), "--members", str(args.members), "--brief"),
+        *("--policy", args.policy),
     ]
     scratch = Path(tempfile.mkdtemp(prefix="same-report-"))
     sides = {"base": scratch / "base", "head": scratch / "head" if args.head else REPO}

@@ -1,1 +1,2 @@
-"""Deployment: Dagster instance settings and the production-shaped stack (`deploy.stack`)."""
+"""Deployment: Dagster instance settings, the production-shaped stack (`deploy.stack`) and a local
+Label Studio server (`deploy.label_studio`)."""

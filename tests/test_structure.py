@@ -301,3 +301,27 @@ def test_the_simulators_rooms_point_one_way() -> None:
             if other not in (None, room) and other not in ROOMS_BELOW[room]:
                 crossing.append(f"{name} -> {target}")
     assert crossing == []
+
+
+def module_level_imports(path: Path, known: set[str]) -> set[str]:
+    """The project's modules that `path` imports at module level (not inside a function)."""
+    body = ast.parse(path.read_text()).body
+    top = ast.Module(body=[n for n in body if isinstance(n, ast.Import | ast.ImportFrom)])
+    named = set()
+    for node in top.body:
+        if isinstance(node, ast.Import):
+            named |= {alias.name for alias in node.names}
+        elif node.module and node.level == 0:
+            named.add(node.module)
+    return {n for n in named if n.split(".")[0] in known}
+
+
+def test_the_code_location_s_image_imports_nothing_of_deploy() -> None:
+    """The image holds pipelines/, ml/ and sim/ but not deploy/: the first two never import it,
+    the simulator only inside the functions that manage a local service."""
+    found = modules()
+    for name, path in found.items():
+        if name.split(".")[0] in ("pipelines", "ml"):
+            assert not {m for m in imports(path, set(found)) if m.startswith("deploy")}, name
+        if name.split(".")[0] == "sim":
+            assert not module_level_imports(path, {"deploy"}), name

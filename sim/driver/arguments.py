@@ -7,7 +7,7 @@ from datetime import date
 
 from pipelines.settings import retraining_default
 from sim.driver.budget import FLAGS
-from sim.driver.in_process import POLICIES
+from sim.driver.policies import POLICIES
 from sim.driver.simulation import RunOptions
 from sim.world.drift import SYNTAX, PlantedDrift, parse_drift
 

@@ -17,7 +17,6 @@ from pipelines.settings import (
     ENVIRONMENTS,
     LABEL_STUDIO_URL,
     REPO_ROOT,
-    RETRAIN_ON,
     flywheel_home,
 )
 from pipelines.task import load_task
@@ -33,15 +32,13 @@ from sim.driver.budget import play_options
 from sim.driver.console import log_path, output_to_log, say
 from sim.driver.daemon import DaemonDriveError
 from sim.driver.executor import RunFailedError
-from sim.driver.in_process import CADENCES, DEFAULT_COMPARED, POLICIES, retrain_on
 from sim.driver.play_defaults import fill_span_defaults, play_defaults
+from sim.driver.policies import CADENCES, DEFAULT_COMPARED, POLICIES, apply, check_applied
 from sim.driver.simulation import RunOptions, UsageError, days_to_play, run
 from sim.world.annotator_service import AnnotatorServiceError, serve
 from sim.world.annotators import annotators_for
 from sim.world.clock import read_clock, write_clock
 from sim.world.drift import planted
-from sim.world.label_studio_server import VERSION as LABEL_STUDIO_VERSION
-from sim.world.label_studio_server import LabelStudioServerError, LocalLabelStudio
 from sim.world.replay import day_bounds, land_days
 
 
@@ -257,13 +254,16 @@ def label_studio(action: str, port: int) -> int:
     """`flywheel-sim label-studio install|start|stop|env`: what it does on standard error, the
     settings as `export` lines on standard output (eval "$(flywheel-sim label-studio start)")."""
 
+    # Where the deployment's files are (deploy/, which the code location's image leaves out).
+    from deploy.label_studio import VERSION, LabelStudioServerError, LocalLabelStudio
+
     def note(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
     server = LocalLabelStudio(flywheel_home() / "label-studio", port)
     try:
         if action == "install":
-            note(f"installing label-studio {LABEL_STUDIO_VERSION} into {server.venv}")
+            note(f"installing label-studio {VERSION} into {server.venv}")
             server.install()
             note(f"installed: {server.executable}")
         elif action == "stop":
@@ -295,6 +295,8 @@ def use_label_studio(daemon: bool) -> None:
             "--labeling label-studio with --daemon needs the stack started with its settings: "
             "eval $(flywheel-sim label-studio start), then make stack-up"
         )
+    from deploy.label_studio import LabelStudioServerError, LocalLabelStudio
+
     server = LocalLabelStudio(flywheel_home() / "label-studio")
     say(f"starting the local Label Studio on {server.url} (log: {server.log})")
     try:
@@ -333,9 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 use_label_studio(args.daemon)
             elif args.labeling == "files":
                 os.environ["FLYWHEEL_LABELING"] = "files"
-            # The sensors a policy turns on request retrainings, whatever the task says.
-            if (triggers := retrain_on(args.policy)) is not None:
-                os.environ[RETRAIN_ON.name] = triggers
+            # The policy's triggers request retrainings, whatever the task file says.
+            apply(args.policy)
+            try:
+                check_applied(args.policy, args.daemon)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
             task = load_task()
             try:
                 defaults = play_defaults(task)

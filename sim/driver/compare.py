@@ -2,10 +2,10 @@
 
 Each policy plays the simulation from nothing once per seed, in a state folder of its own (its
 warehouse, registry, Dagster instance and landing zone under `<out>/<policy>/seed-<seed>`), in a
-process of its own, with only its retraining triggers on, or its fixed cadence (`POLICIES`,
-`CADENCES`). The same days land and the first model trains on the same bootstrap days; a seed
-draws the tuning sampler, the networks' initialisations and the label export's audit and random
-samples, the same for every policy. What differs within a seed is when each policy retrains.
+process of its own, with only its retraining triggers requesting, or its fixed cadence
+(sim.driver.policies). The same days land and the first model trains on the same bootstrap days;
+a seed draws the tuning sampler, the networks' initialisations and the label export's audit and
+random samples, the same for every policy. What differs within a seed is when each policy retrains.
 The plays share one folder of trained challengers (`<out>/models`, ml.model_cache): a
 retraining on a dataset version another play already trained on, with the same seed and
 settings, reuses that model (the first model of a seed, trained on the same random labels by
@@ -47,7 +47,7 @@ import pandas as pd
 from pipelines.settings import REPO_ROOT, flywheel_home
 from sim.driver.budget import play_options
 from sim.driver.console import say
-from sim.driver.in_process import CADENCES, describe_policy
+from sim.driver.policies import CADENCES, POLICIES
 from sim.driver.simulation import STATE_PATHS, RunOptions, UsageError, days_to_play, own_state
 from sim.judge.policies import Play, read_play, write
 
@@ -240,7 +240,7 @@ def read_result(out: Path, policy: str, seed: int, wall_s: float) -> Play:
 
 
 def _intro(out: Path, comparison: Comparison, policies: list[str], seeds: list[int]) -> str:
-    plays = "; ".join(f"{p}: {describe_policy(p)}" for p in policies)
+    plays = "; ".join(f"{p}: {POLICIES[p].describe()}" for p in policies)
     return (
         f"The same {comparison.days} days from {comparison.start}, each policy from nothing "
         f"with each of the seeds {', '.join(map(str, seeds))}, every play in its own state "
@@ -294,7 +294,7 @@ def compare(
                 number = next(started)
             say(
                 f"play {number}/{len(order)}: {policy}, seed {seed} "
-                f"({describe_policy(policy)})" + (f" on cores {cores}" if cores else "")
+                f"({POLICIES[policy].describe()})" + (f" on cores {cores}" if cores else "")
             )
             baselines = policy == trains_baselines and seed == seeds[0]
             seconds = play(comparison, policy, seed, out, baselines, cores)

@@ -36,7 +36,6 @@ from sim.driver.in_process import (
     DAILY_SENSORS,
     MONITORING_SENSORS,
     RETRAINING_JOB,
-    RETRAINING_TRIGGERS,
     SETTLING,
     Driver,
 )
@@ -155,11 +154,10 @@ class DaemonDriver(Driver):
         deliver_labels: Callable[[date], None],
         run_configs: dict[str, dict] | None = None,
         timeout_s: float = 1800.0,
-        triggers: tuple[str, ...] = RETRAINING_TRIGGERS,
         cadence_days: int | None = None,
     ):
         land, deliver_labels = self._changing(land), self._changing(deliver_labels)
-        super().__init__(defs, instance, land, deliver_labels, triggers, cadence_days)
+        super().__init__(defs, instance, land, deliver_labels, cadence_days)
         self.webserver, self.timeout_s = webserver, timeout_s
         self.run_configs = run_configs or {}
         self.started = time.time()
@@ -173,12 +171,6 @@ class DaemonDriver(Driver):
             raise DaemonDriveError(
                 f"schedule {', '.join(running)} is running on this instance: the daemon would tick "
                 "it on today's calendar, while the simulation keeps its own; stop it in the UI"
-            )
-        off = [n for n in MONITORING_SENSORS if n not in triggers]
-        if stray := sorted(set(off) & set(self._states(InstigatorType.SENSOR))):
-            raise DaemonDriveError(
-                f"sensor {', '.join(stray)} is running on this instance, but the retraining "
-                f"policy turns on only {', '.join(triggers) or 'no trigger'}: stop it in the UI"
             )
         self._start(DAILY_SENSORS)
 
@@ -195,7 +187,7 @@ class DaemonDriver(Driver):
     @Driver.retraining.setter
     def retraining(self, on: bool) -> None:
         if on:
-            self._start(tuple(n for n in MONITORING_SENSORS if n in self.triggers))
+            self._start(MONITORING_SENSORS)
         self._retraining = on
 
     def _states(self, kind: InstigatorType) -> dict[str, object]:

@@ -120,64 +120,6 @@ DAILY_SENSORS = ("landing_sensor", "label_export_sensor", "inbox_sensor")
 MONITORING_SENSORS = tuple(t.definition_name for t in ALARMS)
 RETRAINING_SCHEDULE = Trigger.SCHEDULE.definition_name
 RETRAINING_TRIGGERS = (*MONITORING_SENSORS, RETRAINING_SCHEDULE)
-# Fixed cadences: the simulated calendar retrains every N days after the first model, whatever
-# the monitoring says and without the schedule's cooldown, as a team's plain cron job would.
-CADENCES: dict[str, int] = {f"every-{n}d": n for n in (3, 7, 14, 28)}
-# Retraining policies: which retraining triggers are on once the first model is trained (a fixed
-# cadence's: none; its calendar retrains). `flywheel` is the pipeline as deployed; the others are
-# what a team would otherwise run.
-POLICIES: dict[str, tuple[Trigger, ...]] = {
-    "static": (),
-    "weekly": (Trigger.SCHEDULE,),
-    **{name: () for name in CADENCES},
-    "excess-loss": (Trigger.EXCESS_LOSS,),
-    "drift": (Trigger.DRIFT,),
-    "performance": (Trigger.PERFORMANCE,),
-    "flywheel": tuple(Trigger),
-    # The flywheel's triggers with the targeted label choice (`TARGETED_LABELS`): 40% of the
-    # budget a uniform audit sample, the rest drifted segments and the least sure flights.
-    "targeted-labels": tuple(Trigger),
-}
-# Policies whose label export spends part of the budget on targeted picks, and that part's
-# complement: the audit share.
-TARGETED_LABELS = {"targeted-labels": 0.4}
-# Policies that play the task's own monitoring.retrain_on, as deployed: every trigger ticks, and
-# those the setting leaves out watch without requesting.
-AS_DEPLOYED = ("flywheel", "targeted-labels")
-
-
-def ticked(policy: str) -> tuple[str, ...]:
-    """The sensors and schedule the simulation ticks under `policy` once the first model is
-    trained."""
-    return tuple(t.definition_name for t in POLICIES[policy])
-
-
-def retrain_on(policy: str) -> str | None:
-    """FLYWHEEL_RETRAIN_ON's value for `policy`: the triggers it turns on (`none` for none);
-    None for `flywheel` (and `targeted-labels`), which play the task's own monitoring.retrain_on,
-    as deployed."""
-    if policy in AS_DEPLOYED:
-        return None
-    return ",".join(POLICIES[policy]) or "none"
-
-
-# What `flywheel-sim compare` plays by default: every policy but `weekly`, which `every-7d` plays
-# without the schedule's cooldown, and `targeted-labels`, played when named.
-DEFAULT_COMPARED = tuple(p for p in POLICIES if p not in ("weekly", *TARGETED_LABELS))
-
-
-def describe_policy(policy: str) -> str:
-    """What retrains under `policy` once the first model is trained, in words."""
-    if policy in CADENCES:
-        return f"a retraining every {CADENCES[policy]} days"
-    if policy in AS_DEPLOYED:
-        from pipelines.task import load_task
-
-        on = load_task().monitoring.retrain_on
-        triggers = ", ".join(t.definition_name for t in Trigger if t in on) or "none"
-        share = TARGETED_LABELS.get(policy)
-        return triggers + (f"; labels {share:.0%} audit, the rest targeted" if share else "")
-    return ", ".join(ticked(policy)) or "no retraining"
 
 
 class Driver:
@@ -187,8 +129,9 @@ class Driver:
     A day: its files land; the annotators deliver the day's answers; in the night after it, the
     retraining schedule's ticks (the simulated calendar: a day passes in seconds, so no real
     cron could tick it). The retraining triggers (the monitoring sensors and the schedule) are on
-    once `retraining` is: an operator trains the first model (`retrain`), then turns them on;
-    `triggers` names those the retraining policy turns on (default: all of them). With
+    once `retraining` is: an operator trains the first model (`retrain`), then turns them on.
+    Which of them request a retraining is the code location's `monitoring.retrain_on` (a policy
+    of sim.driver.policies sets it); the others watch. With
     `cadence_days`, the calendar also retrains at the end of every `cadence_days`-th day from
     `production_start` (the first day the first model scored).
     """
@@ -199,17 +142,12 @@ class Driver:
         instance: dg.DagsterInstance,
         land: Callable[[date], None],
         deliver_labels: Callable[[date], None],
-        triggers: tuple[str, ...] = RETRAINING_TRIGGERS,
         cadence_days: int | None = None,
     ):
-        unknown = sorted(set(triggers) - set(RETRAINING_TRIGGERS))
-        if unknown:
-            raise ValueError(f"unknown retraining triggers {unknown}: not in {RETRAINING_TRIGGERS}")
         self.defs, self.instance = defs, instance
         # The task whose code location `defs` is: its runs and assets carry its name.
         self.task_name = task_of(defs)
         self.land, self.deliver_labels = land, deliver_labels
-        self.triggers = tuple(triggers)
         self.schedule = ScheduleTicker(defs, instance, RETRAINING_SCHEDULE)
         self._retraining = False
         if cadence_days is not None and cadence_days < 1:
@@ -252,7 +190,7 @@ class Driver:
         report = self.react()
         self.deliver_labels(day)
         report.extend(self.react())
-        if self.retraining and RETRAINING_SCHEDULE in self.triggers:
+        if self.retraining:
             # From the end of `day`'s partition (when it lands) up to the next one's landing:
             # the weekly schedule's ticks in between.
             ends = self.partition_end(day)
@@ -317,15 +255,12 @@ class FlywheelDriver(Driver):
         deliver_labels: Callable[[date], None],
         run_configs: dict[str, dict] | None = None,
         pool_wait_s: float = 600.0,
-        triggers: tuple[str, ...] = RETRAINING_TRIGGERS,
         cadence_days: int | None = None,
     ):
-        super().__init__(defs, instance, land, deliver_labels, triggers, cadence_days)
+        super().__init__(defs, instance, land, deliver_labels, cadence_days)
         self.executor = RunExecutor(defs, instance, run_configs, pool_wait_s)
         self.daily = [SensorTicker(self.executor, n, state) for n in DAILY_SENSORS]
-        self.monitors = [
-            SensorTicker(self.executor, n, state) for n in MONITORING_SENSORS if n in triggers
-        ]
+        self.monitors = [SensorTicker(self.executor, n, state) for n in MONITORING_SENSORS]
         # At start-up, as the daemon's run monitoring would: runs left by a killed process.
         self.executor.recover()
 

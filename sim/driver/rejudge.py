@@ -27,7 +27,7 @@ from sim.driver.compare import (
     planted_break,
 )
 from sim.driver.console import say
-from sim.driver.in_process import CADENCES, POLICIES
+from sim.driver.policies import CADENCES, POLICIES
 from sim.driver.simulation import UsageError
 from sim.judge.policies import Play, read_play, write
 

@@ -120,7 +120,7 @@ class RunOptions:
     # world waits for the pipeline to be idle before it fails naming what is still busy.
     daemon: bool = False
     daemon_timeout_s: float = 1800.0
-    # Which retraining triggers are on after the first model (sim.driver.in_process.POLICIES).
+    # What retrains after the first model (sim.driver.policies.POLICIES).
     policy: str = "flywheel"
     # What a play draws: the tuning sampler's and the networks' seed, and the label export's
     # audit and random samples (0: the draws of every play so far).
@@ -150,13 +150,13 @@ class RunOptions:
             "challenger_model": {"config": training},
         }
         configs = {"retraining_job": task_run_config(task, {"ops": ops})}
-        from sim.driver.in_process import TARGETED_LABELS
+        from sim.driver.policies import POLICIES
 
         export: dict = {"seed": self.seed} if self.seed else {}
         if self.label_budget is not None:
             export["budget"] = self.label_budget
-        if self.policy in TARGETED_LABELS:
-            export["audit_share"] = TARGETED_LABELS[self.policy]
+        if (share := POLICIES[self.policy].audit_share) is not None:
+            export["audit_share"] = share
         if export and task.label_tasks_table:
             export_ops = {"ops": {task.label_tasks_table: {"config": export}}}
             configs["label_export_job"] = task_run_config(task, export_ops)
@@ -207,12 +207,17 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     from pipelines.lib.registry import champion, registered_name, versions
     from pipelines.lib.runs import RETRAINING_JOB, task_runs
     from sim.driver.daemon import DaemonDriver, webserver_from_env
-    from sim.driver.in_process import CADENCES, Driver, FlywheelDriver, describe_policy, ticked
+    from sim.driver.in_process import Driver, FlywheelDriver
+    from sim.driver.policies import POLICIES, check_applied
     from sim.judge.report import BaselinesInBackground, resource, write_report
     from sim.world.annotator_service import AnnotatorProcess
     from sim.world.annotators import annotators_for
 
     options = options or RunOptions()
+    # The policy reaches the pipeline as its monitoring.retrain_on, set before the code location
+    # loaded (sim.driver.policies.apply): refused here if it was not.
+    check_applied(options.policy, options.daemon)
+    policy = POLICIES[options.policy]
     home = flywheel_home()
     played, production_start = read_progress(home)
     clock = read_clock(home)
@@ -249,8 +254,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 service.deliver,
                 options.run_configs(task),
                 options.daemon_timeout_s,
-                ticked(options.policy),
-                CADENCES.get(options.policy),
+                policy.cadence_days,
             )
         else:
             driver = FlywheelDriver(
@@ -261,8 +265,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
                 annotators.deliver,
                 options.run_configs(task),
                 options.pool_wait_s,
-                ticked(options.policy),
-                CADENCES.get(options.policy),
+                policy.cadence_days,
             )
         # The baselines' fits while the days play, in process only: the daemon's runs, in their
         # own processes, may hold the warehouse whenever this process would read it.
@@ -324,7 +327,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
             else "Driven in process.",
             f"Planted drift: {drift or 'none'}.",
             f"Retraining policy: {options.policy} (after the first model: "
-            f"{describe_policy(options.policy)}); seed {options.seed}.",
+            f"{policy.describe()}); seed {options.seed}.",
         ]
         fitted = None
         if background is not None:

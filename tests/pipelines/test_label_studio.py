@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from deploy.label_studio import VERSION, LocalLabelStudio
 from pipelines.ingestion import ensure_raw_tables, load_validated, read_and_validate
 from pipelines.labeling.export_import import export_day, import_day
 from pipelines.lib.errors import ConfigurationError
@@ -36,7 +37,6 @@ from pipelines.lib.warehouse import DuckDBConnection
 from pipelines.task import load_task
 from sim.world import nycflights
 from sim.world.annotators import LabelingService, LabelStudioAnnotators
-from sim.world.label_studio_server import VERSION, LocalLabelStudio
 from sim.world.nycflights import is_late
 
 pytestmark = pytest.mark.xdist_group("label_studio")

@@ -20,7 +20,8 @@ import pytest
 
 from sim.driver.cli import main
 from sim.driver.executor import TickReport
-from sim.driver.in_process import CADENCES, POLICIES, RETRAINING_SCHEDULE, Driver, ticked
+from sim.driver.in_process import Driver
+from sim.driver.policies import CADENCES, POLICIES, apply, check_applied
 from sim.driver.simulation import RunOptions
 
 ARGS = ["compare", "--start", "2013-09-02", "--days", "10", "--bootstrap-days", "6"]
@@ -129,10 +130,10 @@ class Recorded(Driver):
     """A driver whose pipeline does nothing: it records what the schedule was asked, and what
     the calendar submitted."""
 
-    def __init__(self, triggers, cadence_days=None):
+    def __init__(self, cadence_days=None):
         from pipelines.definitions import defs
 
-        super().__init__(defs, None, lambda day: None, lambda day: None, triggers, cadence_days)
+        super().__init__(defs, None, lambda day: None, lambda day: None, cadence_days)
         self.asked = []
         self.submitted = []
 
@@ -153,25 +154,55 @@ class Recorded(Driver):
         return TickReport()
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
-def test_the_weekly_schedule_ticks_only_where_the_policy_turns_it_on(policy) -> None:
-    driver = Recorded(ticked(policy))
+def test_the_weekly_schedule_ticks_once_the_first_model_is_trained_whatever_the_policy() -> None:
+    # Whether a tick requests is the schedule's own decision (monitoring.retrain_on), as deployed.
+    driver = Recorded()
+    driver.day(date(2013, 9, 1))
+    assert driver.asked == []
     driver.retraining = True
     driver.day(date(2013, 9, 8))
-    expected = [datetime(2013, 9, 9, tzinfo=UTC)] if RETRAINING_SCHEDULE in ticked(policy) else []
-    assert driver.asked == expected
+    assert driver.asked == [datetime(2013, 9, 9, tzinfo=UTC)]
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_a_policy_reaches_the_pipeline_as_its_retrain_on_setting_alone(policy, monkeypatch):
+    from pipelines.task import load_task
+
+    monkeypatch.setenv("FLYWHEEL_RETRAIN_ON", "")  # unset, and restored after `apply`
+    deployed = load_task().monitoring.retrain_on
+    apply(policy)
+    check_applied(policy, daemon=False)
+    triggers = POLICIES[policy].triggers
+    assert load_task().monitoring.retrain_on == (deployed if triggers is None else triggers)
+    if POLICIES[policy].cadence_days is not None:
+        assert triggers == ()  # the calendar retrains, no trigger
+
+
+def test_a_policy_the_code_location_was_not_set_up_with_is_refused(monkeypatch) -> None:
+    monkeypatch.setenv("FLYWHEEL_RETRAIN_ON", "")
+    with pytest.raises(ValueError, match="FLYWHEEL_RETRAIN_ON=none before it loads"):
+        check_applied("static", daemon=False)
+    monkeypatch.setenv("FLYWHEEL_RETRAIN_ON", "drift")
+    with pytest.raises(ValueError, match="retrain_on is \\['drift'\\]"):
+        check_applied("weekly", daemon=False)
+    # On a stack, the code server's own setting decides: only the deployed policies play there.
+    monkeypatch.setenv("FLYWHEEL_RETRAIN_ON", "")
+    check_applied("flywheel", daemon=True)
+    with pytest.raises(ValueError, match="on a stack, the code server's own"):
+        check_applied("every-7d", daemon=True)
 
 
 @pytest.mark.parametrize("policy", list(CADENCES))
 def test_a_fixed_cadence_retrains_every_n_days_of_production(policy) -> None:
     n = CADENCES[policy]
-    driver = Recorded(ticked(policy), n)
+    driver = Recorded(n)
     driver.day(date(2013, 9, 1))  # before the first model: nothing
     driver.retraining, driver.production_start = True, date(2013, 9, 2)
     days = [date(2013, 9, 2) + timedelta(d) for d in range(60)]
     for day in days:
         driver.day(day)
-    assert driver.asked == []  # no schedule
+    # The schedule ticks too: under a cadence's FLYWHEEL_RETRAIN_ON=none, it skips.
+    assert len(driver.asked) == len(days)
     retrained = [request.tags["flywheel/event_day"] for request, _ in driver.submitted]
     assert retrained == [day.isoformat() for day in days[n - 1 :: n]]
     request, origin = driver.submitted[0]
@@ -204,11 +235,6 @@ def test_a_seed_reaches_training_and_the_label_samples_and_the_jobs_accept_it(tm
     }
     for job, config in seeded.items():
         dg.validate_run_config(defs.resolve_job_def(job), config)  # raises if the job refuses it
-
-
-def test_an_unknown_trigger_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown retraining triggers"):
-        Recorded(("drift_sensor", "hourly_schedule"))
 
 
 def live_simulations(out: Path) -> list[int]:
@@ -285,18 +311,21 @@ def test_two_plays_at_once_run_on_cores_of_their_own(tmp_path) -> None:
 
 
 def test_a_policy_turns_on_its_triggers_and_the_flywheel_plays_the_tasks() -> None:
-    from sim.driver.in_process import retrain_on
+    def retrain_on(name: str) -> str | None:
+        return POLICIES[name].retrain_on
 
     assert retrain_on("drift") == "drift" and retrain_on("weekly") == "schedule"
     assert retrain_on("excess-loss") == "excess_loss"
     assert retrain_on("static") == "none" and retrain_on("every-7d") == "none"
     assert retrain_on("flywheel") is None  # the task's monitoring.retrain_on, as deployed
+    assert POLICIES["every-7d"].describe() == "a retraining every 7 days"
+    assert POLICIES["static"].describe() == "no retraining"
+    assert POLICIES["drift"].describe() == "drift_sensor"
 
 
 def test_the_targeted_labels_policy_targets_part_of_the_budget_the_flywheel_none() -> None:
     from pipelines.defs.labeling.assets import LabelSelectionConfig
     from pipelines.task import load_task
-    from sim.driver.in_process import describe_policy, retrain_on
 
     task = load_task("flights")
     config = RunOptions(policy="targeted-labels", seed=2).run_configs(task)["label_export_job"]
@@ -305,8 +334,8 @@ def test_the_targeted_labels_policy_targets_part_of_the_budget_the_flywheel_none
     # The flywheel spends the whole budget on the uniform sample: the export's default.
     assert "label_export_job" not in RunOptions(policy="flywheel").run_configs(task)
     assert LabelSelectionConfig().audit_share == 1.0
-    assert retrain_on("targeted-labels") is None  # the flywheel's triggers, as deployed
-    assert describe_policy("targeted-labels").endswith("labels 40% audit, the rest targeted")
+    assert POLICIES["targeted-labels"].retrain_on is None  # the flywheel's, as deployed
+    assert POLICIES["targeted-labels"].describe().endswith("labels 40% audit, the rest targeted")
 
 
 def test_a_bootstrap_too_short_for_the_held_out_days_is_refused_before_any_play(

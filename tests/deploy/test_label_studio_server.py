@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.world.label_studio_server import (
+from deploy.label_studio import (
     VERSION,
     Credentials,
     LabelStudioServerError,
