@@ -356,6 +356,68 @@ def test_a_run_killed_between_label_studio_and_the_warehouse_loses_and_doubles_n
     assert con.execute("select count(*) from raw.flight_labels").fetchone() == (BUDGET,)
 
 
+def killed_during(server: LocalLabelStudio, call, patch: pytest.MonkeyPatch):
+    """`call` (a LabelStudioClient method), during which the server's processes are SIGKILLed
+    once its first request has been sent whole, before the answer: Label Studio may or may not
+    have done the work the request asked for."""
+    from urllib3.connection import HTTPConnection
+
+    send, armed = HTTPConnection.request, threading.Event()
+
+    def sent_then_killed(self, *args, **kwargs):
+        send(self, *args, **kwargs)
+        if armed.is_set():
+            armed.clear()
+            os.killpg(server.pid(), signal.SIGKILL)
+
+    patch.setattr(HTTPConnection, "request", sent_then_killed)
+
+    def dying(*args, **kwargs):
+        armed.set()
+        return call(*args, **kwargs)
+
+    return dying
+
+
+def test_label_studio_killed_mid_export_and_mid_import_fails_each_whole_and_the_retry_catches_up(
+    server, flights, tmp_path, monkeypatch
+):
+    """Label Studio SIGKILLed while the export's batch is being imported into it, and again
+    while the import pulls the annotations: each run fails whole, naming the server; once it is
+    started again (its SQLite database recovered), the next run catches up, each task once."""
+    con = warehouse(flights)
+    exchange = exchange_on(server, tmp_path / "labeling", retries=0)
+    client = exchange.client()
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            LabelStudioClient,
+            "import_tasks",
+            killed_during(server, LabelStudioClient.import_tasks, patch),
+        )
+        with pytest.raises(LabelStudioError, match=f"Label Studio at {server.url}"):
+            export_day(con, exchange, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)
+    assert con.execute("select count(*) from raw.label_tasks").fetchone() == (0,)
+    server.start()  # as its supervisor would
+    project = client.project_id(exchange.project_title)
+    export_day(con, exchange, TASK, SPEC, LABELING, DAY1, BUDGET, 0.4)  # the retry
+    in_studio = {str(t["id"]) for t in client.tasks(project)}
+    recorded = {i for (i,) in con.execute("select external_id from raw.label_tasks").fetchall()}
+    assert len(in_studio) == BUDGET and recorded == in_studio
+
+    LabelStudioAnnotators(client, exchange.project_title).deliver(pd.Timestamp(DAY2).date())
+    with monkeypatch.context() as patch:
+        dying = killed_during(server, LabelStudioClient.export, patch)
+        patch.setattr(LabelStudioClient, "export", dying)
+        with pytest.raises(LabelStudioError, match=f"Label Studio at {server.url}"):
+            import_day(con, exchange, TASK, LABELING, DAY2)
+    assert con.execute("select count(*) from raw.flight_labels").fetchone() == (0,)
+    assert not (tmp_path / "labeling" / "inbox" / DAY2).exists()
+    server.start()
+    assert import_day(con, exchange, TASK, LABELING, DAY2).accepted == BUDGET
+    assert con.execute("select count(*) from raw.flight_labels").fetchone() == (BUDGET,)
+    assert len(client.tasks(project)) == BUDGET
+
+
 # -- the transport, against a stand-in server ----------------------------------------------------
 
 
