@@ -280,8 +280,9 @@ def save(folder: Path, env: Mapping[str, str], bucket: str) -> int:
                 shutil.copyfileobj(got["Body"], copy, MiB)
             etags[item["Key"]] = got["ETag"]
     target.mkdir(parents=True, exist_ok=True)
+    (folder / f"{bucket}{ETAGS}").unlink(missing_ok=True)  # an earlier copy's
     shutil.rmtree(folder / bucket, ignore_errors=True)
-    write_atomically(folder / f".{bucket}{ETAGS}", json.dumps(etags, indent=1))
     target.rename(folder / bucket)
-    (folder / f".{bucket}{ETAGS}").rename(folder / f"{bucket}{ETAGS}")
+    # A copy cut short here has no ETags: put back, its objects are named as they change.
+    write_atomically(folder / f"{bucket}{ETAGS}", json.dumps(etags, indent=1))
     return len(etags)

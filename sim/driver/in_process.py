@@ -119,7 +119,6 @@ class ScheduleTicker:
 DAILY_SENSORS = ("landing_sensor", "label_export_sensor", "inbox_sensor")
 MONITORING_SENSORS = tuple(t.definition_name for t in ALARMS)
 RETRAINING_SCHEDULE = Trigger.SCHEDULE.definition_name
-RETRAINING_TRIGGERS = (*MONITORING_SENSORS, RETRAINING_SCHEDULE)
 
 
 class Driver:
