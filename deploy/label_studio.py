@@ -144,28 +144,45 @@ class LocalLabelStudio:
             return False
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> Credentials:
-        """Install if needed, start on 127.0.0.1 unless it runs, wait until its API answers."""
+        """Install if needed, start on 127.0.0.1 unless it runs, wait until its API answers.
+
+        A server found running that exits before it answers (one killed a moment ago, still
+        dying) is started afresh once; one this call started that exits is an error."""
         self.install()
         creds = self.credentials()
-        if self.pid() is None:
-            if self.healthy():
+        deadline = time.monotonic() + timeout_s
+        launched = False
+        while True:
+            if self.pid() is None:
+                self._launch(creds)
+                launched = True
+            if self._wait(creds, deadline, timeout_s):
+                return creds
+            if launched:
                 raise LabelStudioServerError(
-                    f"something else already answers on {self.url}: stop it or pick another port"
+                    f"Label Studio exited while starting; its log: {self.log}\n{self._log_tail()}"
                 )
-            self.data.mkdir(parents=True, exist_ok=True)
-            command = self.command()
-            env = {
-                **os.environ,
-                **self.admin_environment(creds),
-                "LABEL_STUDIO_BASE_DATA_DIR": str(self.data),
-            }
-            with self.log.open("ab") as out:
-                process = subprocess.Popen(
-                    command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-                )
-            self.pid_file.write_text(str(process.pid))
-        self._wait(creds, timeout_s)
-        return creds
+
+    def _launch(self, creds: Credentials) -> None:
+        if self.healthy():
+            raise LabelStudioServerError(
+                f"something else already answers on {self.url}: stop it or pick another port"
+            )
+        self.data.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            **self.admin_environment(creds),
+            "LABEL_STUDIO_BASE_DATA_DIR": str(self.data),
+        }
+        with self.log.open("ab") as out:
+            process = subprocess.Popen(
+                self.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.pid_file.write_text(str(process.pid))
 
     def command(self) -> list[str]:
         """The `label-studio start` command line: no credential, see `admin_environment`."""
@@ -188,13 +205,11 @@ class LocalLabelStudio:
             "LABEL_STUDIO_USER_TOKEN": creds.token,
         }
 
-    def _wait(self, creds: Credentials, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+    def _wait(self, creds: Credentials, deadline: float, timeout_s: float) -> bool:
+        """True once the API answers with the token; False if the process exited first."""
         while time.monotonic() < deadline:
             if self.pid() is None:
-                raise LabelStudioServerError(
-                    f"Label Studio exited while starting; its log: {self.log}\n{self._log_tail()}"
-                )
+                return False
             if self.healthy():
                 answer = requests.get(
                     f"{self.url}/api/projects",
@@ -202,7 +217,7 @@ class LocalLabelStudio:
                     timeout=10,
                 )
                 if answer.ok:
-                    return
+                    return True
                 raise LabelStudioServerError(
                     f"Label Studio at {self.url} refuses the token in {self.credentials_file} "
                     f"(HTTP {answer.status_code}): was its data folder made with other "

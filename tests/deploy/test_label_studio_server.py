@@ -4,6 +4,8 @@ once."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,3 +67,27 @@ def test_a_server_that_exits_while_starting_is_reported_at_once(tmp_path: Path):
     with pytest.raises(LabelStudioServerError, match=r"exited while starting(.|\n)*bad arguments"):
         studio.start(timeout_s=120)
     assert time.monotonic() - started < 30  # not the whole timeout
+
+
+def test_a_server_found_dying_is_started_afresh(tmp_path: Path):
+    """start() right after the server was killed can find its process still on the way out: it
+    waits for that one to go, then starts its own, instead of reporting the dead one's exit."""
+    site = tmp_path / "site"
+    (site / "api").mkdir(parents=True)
+    (site / "health").write_text("ok")
+    (site / "api" / "projects").write_text("[]")
+    venv = tmp_path / "venv"
+    port = 18126
+    fake_label_studio(
+        venv, f"cd {site} && exec {sys.executable} -m http.server -b 127.0.0.1 {port}"
+    )
+    studio = LocalLabelStudio(tmp_path / "home", port=port, venv=venv)
+    studio.home.mkdir()
+    dying = subprocess.Popen(["sleep", "2"])
+    studio.pid_file.write_text(str(dying.pid))
+    try:
+        studio.start(timeout_s=60)
+        assert studio.pid() not in (None, dying.pid) and studio.healthy()
+    finally:
+        studio.stop()
+    assert dying.poll() is not None

@@ -379,12 +379,21 @@ def killed_during(server: LocalLabelStudio, call, patch: pytest.MonkeyPatch):
     return dying
 
 
+@pytest.fixture
+def killable(server: LocalLabelStudio) -> Iterator[LocalLabelStudio]:
+    """The module's server, for a test that kills it: started again after, whatever happened,
+    so that a failure here is not also every later test's."""
+    yield server
+    server.start()
+
+
 def test_label_studio_killed_mid_export_and_mid_import_fails_each_whole_and_the_retry_catches_up(
-    server, flights, tmp_path, monkeypatch
+    killable, flights, tmp_path, monkeypatch
 ):
     """Label Studio SIGKILLed while the export's batch is being imported into it, and again
     while the import pulls the annotations: each run fails whole, naming the server; once it is
     started again (its SQLite database recovered), the next run catches up, each task once."""
+    server = killable
     con = warehouse(flights)
     exchange = exchange_on(server, tmp_path / "labeling", retries=0)
     client = exchange.client()
