@@ -36,6 +36,7 @@ SECRET_SETTINGS = (
     "MLFLOW_TRACKING_TOKEN",
     "MLFLOW_TRACKING_PASSWORD",
     "FLYWHEEL_DAGSTER_PASSWORD",
+    "FLYWHEEL_LANDING_SECRET_KEY",
 )
 # A shorter value would be found by chance: a scan that always fails is as useless as one
 # that never does.

@@ -93,6 +93,10 @@ DAGSTER_URL = Setting("FLYWHEEL_DAGSTER_URL")
 # Who the webserver's clients log in as behind the stack's login (deploy/stack/proxy.py).
 DAGSTER_USER = Setting("FLYWHEEL_DAGSTER_USER")
 DAGSTER_PASSWORD = Setting("FLYWHEEL_DAGSTER_PASSWORD")
+# The landing producer's own key of the object store (the simulator lands its days with it),
+# where it has one: the runs' key (AWS_ACCESS_KEY_ID) otherwise.
+LANDING_KEY_ID = Setting("FLYWHEEL_LANDING_KEY_ID")
+LANDING_SECRET_KEY = Setting("FLYWHEEL_LANDING_SECRET_KEY")
 DAGSTER_HOME = Setting("DAGSTER_HOME")
 TRACKING_URI = Setting("MLFLOW_TRACKING_URI")
 OPTUNA_STORAGE = Setting("FLYWHEEL_OPTUNA_STORAGE")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from deploy import secret_scan
-from deploy.stack import mlflow_auth, state, warehouse_reader
+from deploy.stack import mlflow_auth, shares, state, warehouse_reader
 from deploy.stack.stack import Stack
 
 # The stack's secrets that no setting carries, by the names the scan gives them.
@@ -34,16 +34,17 @@ INSTANCE_SECRETS = frozenset({"DAGSTER_PG_PASSWORD", S3_KEYS["compute-logs"]})
 # supervisord, PostgreSQL, PgBouncer and the object store hold none: the server and the pooler
 # read their passwords' verifiers, the store its identity, from their files, and nginx checks
 # the UI's passwords against their hashes. Nothing of the stack holds the administrator's, the
-# reader's or the UI operator's password, nor the object store's administrator key: `stack up`,
-# `backup` and the people and clients using them do. MLflow, the webserver and the daemon hold
-# keys of the object store limited to their prefixes; the runs' key is the code server's.
+# reader's or the UI operator's password, nor the object store's administrator key or the
+# landing producer's: `stack up`, `backup` and the people and clients using them do. MLflow,
+# the webserver and the daemon hold keys of the object store limited to their prefixes; the
+# runs' key is the code server's.
 HOLDERS: dict[str, frozenset[str]] = {
     "supervisord": frozenset(),
     "postgres": frozenset(),
     "pgbouncer": frozenset(),
     "s3": frozenset(),
     "mlflow": frozenset({S3_KEYS["mlflow"], *MLFLOW_SERVER}),
-    "code_server": frozenset(secret_scan.SECRET_SETTINGS) - {"FLYWHEEL_DAGSTER_PASSWORD"},
+    "code_server": frozenset(secret_scan.SECRET_SETTINGS) - set(shares.CLIENTS_ONLY),
     "daemon": INSTANCE_SECRETS,
     "webserver": INSTANCE_SECRETS,
     "webserver_viewer": INSTANCE_SECRETS,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from deploy.stack import tls
 from deploy.stack.processes import StackError, http_ok, write_atomically
+from pipelines.task import task_name
 
 # The HTTP and gRPC ports of the gateway and of the parts behind it, all on the stack's address.
 PORTS = (
@@ -43,6 +44,8 @@ SINGLE_PUT_MAX = 5 * 1024 * MiB
 # Seconds the store gets to stop: the volume server's wait (`-volume.preStopSeconds`) and the
 # filer's wait for its clients' streams, then SIGKILL for the rest.
 STOP_WAIT_S = 20
+# A client's variables that hold its key (`client`, boto3).
+KEY_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
 def binary() -> Path:
@@ -53,12 +56,15 @@ def binary() -> Path:
 # write (List on the whole bucket: DVC and MLflow list by prefix). `Stack.s3_keys` gives each its
 # secret; `Stack.environment` and the services' own variables hand each to its consumer.
 #   admin: `stack up` (the bucket, the import of a saved copy) and `backup`, nothing else;
-#   flywheel: the code server and its runs, and the stack's clients (the landing producer);
+#   flywheel: the code server and its runs;
+#   landing: the landing producer (the simulator's days), its task's landing prefix alone
+#     (`{task}`: the stack's task, as `landing_zone` names its prefix);
 #   mlflow: MLflow's server, which proxies every artifact;
 #   compute-logs: the webserver, which reads each step's logs, and the daemon (a backfill's).
 IDENTITIES: dict[str, tuple[str, ...] | None] = {
     "admin": None,
     "flywheel": ("landing", "labeling", "dvc", "compute-logs"),
+    "landing": ("landing/{task}",),
     "mlflow": ("mlflow",),
     "compute-logs": ("compute-logs",),
 }
@@ -73,13 +79,14 @@ def actions(bucket: str, prefixes: tuple[str, ...] | None) -> list[str]:
 
 
 def write_identities(path: Path, bucket: str, secrets: Mapping[str, str]) -> None:
-    """The gateway's identities (`IDENTITIES`), each with its secret from `secrets`; its access
-    key is its name."""
+    """The gateway's identities (`IDENTITIES`, for the task the settings name), each with its
+    secret from `secrets`; its access key is its name."""
+    task = Path(task_name()).stem
     identities = [
         {
             "name": name,
             "credentials": [{"accessKey": name, "secretKey": secrets[name]}],
-            "actions": actions(bucket, prefixes),
+            "actions": actions(bucket, prefixes and tuple(p.format(task=task) for p in prefixes)),
         }
         for name, prefixes in IDENTITIES.items()
     ]

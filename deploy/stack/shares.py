@@ -47,9 +47,11 @@ SHARES: dict[str, tuple[str, ...] | None] = {
     "webserver_viewer": INSTANCE,
     "proxy": (),
 }
-# The stack's clients' credentials for the Dagster UI (an operator's): in stack.env for the
-# daemon-driven simulation, in no service's share, the code server's included.
+# The stack's clients' credentials: for the Dagster UI (an operator's) and the landing producer's
+# key of the object store. In stack.env for the simulation, in no service's share, the code
+# server's included.
 CLIENTS_ONLY = ("FLYWHEEL_DAGSTER_USER", "FLYWHEEL_DAGSTER_PASSWORD")
+CLIENTS_ONLY += ("FLYWHEEL_LANDING_KEY_ID", "FLYWHEEL_LANDING_SECRET_KEY")
 
 
 def share(name: str, settings: Mapping[str, str]) -> dict[str, str]:

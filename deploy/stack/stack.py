@@ -140,8 +140,9 @@ class Stack:
             # name (TLS only: none of them listens in plain text).
             **self.certificates.client_environment(),
             "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-            # Where clients (the daemon-driven simulation) reach the webserver's GraphQL API:
-            # through the login, as the stack's operator (not in the code server's share).
+            # The stack's clients' own (no service's share: shares.CLIENTS_ONLY): the landing
+            # producer's key, and the webserver's GraphQL API, through the login as the operator.
+            **self.own_key("landing", ("FLYWHEEL_LANDING_KEY_ID", "FLYWHEEL_LANDING_SECRET_KEY")),
             "FLYWHEEL_DAGSTER_URL": f"https://{host}:{ports['ui']}",
             "FLYWHEEL_DAGSTER_USER": proxy.CLIENT,
             "FLYWHEEL_DAGSTER_PASSWORD": chosen["secrets"]["ui_operator"],
@@ -153,10 +154,9 @@ class Stack:
             **environment_of(SETTINGS),
         }
 
-    def own_key(self, identity: str) -> dict[str, str]:
+    def own_key(self, identity: str, names: tuple[str, str] = s3.KEY_NAMES) -> dict[str, str]:
         """The object store's key of `identity` (s3.IDENTITIES), as a client's variables."""
-        secret = state.s3_keys(self.settings)[identity]
-        return {"AWS_ACCESS_KEY_ID": identity, "AWS_SECRET_ACCESS_KEY": secret}
+        return dict(zip(names, (identity, state.s3_keys(self.settings)[identity]), strict=True))
 
     def postgres_url(self, role: str | None = None) -> str:
         """The URL of a consumer's `role` to its database; without one, the administrator's URL

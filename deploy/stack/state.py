@@ -22,10 +22,10 @@ LOOPBACK = "127.0.0.1"
 # The stack's other secrets, by name: MLflow's administrator's password, the runs' MLflow
 # password (user `flywheel`), the key MLflow's server signs its CSRF tokens with, the
 # password of the Dagster UI's `operator` (deploy/stack/proxy.py), and the object store's keys
-# but the runs' (`s3_secret`): its administrator's, MLflow's and the compute logs'
-# (deploy/stack/s3.py, IDENTITIES).
+# but the runs' (`s3_secret`): its administrator's, MLflow's, the compute logs' and the landing
+# producer's (deploy/stack/s3.py, IDENTITIES).
 SECRETS = ("mlflow_admin", "mlflow_runs", "mlflow_session_key", "ui_operator")
-SECRETS += ("s3_admin", "s3_mlflow", "s3_compute_logs")
+SECRETS += ("s3_admin", "s3_mlflow", "s3_compute_logs", "s3_landing")
 
 
 def s3_keys(kept: dict) -> dict[str, str]:
@@ -34,6 +34,7 @@ def s3_keys(kept: dict) -> dict[str, str]:
     return {
         "admin": chosen_secrets["s3_admin"],
         "flywheel": kept["s3_secret"],
+        "landing": chosen_secrets["s3_landing"],
         "mlflow": chosen_secrets["s3_mlflow"],
         "compute-logs": chosen_secrets["s3_compute_logs"],
     }

@@ -104,8 +104,17 @@ def s3_errors(bucket: str, setting: str, endpoint_url: str | None) -> Iterator[N
         raise ConfigurationError(f"{named} is not a valid bucket name") from e
 
 
-def probe_bucket(bucket: str, setting: str, endpoint_url: str | None, timeout_s: float) -> None:
-    """List `bucket` once, with `timeout_s` to connect and to answer and no retries."""
+def probe_bucket(
+    bucket: str,
+    setting: str,
+    endpoint_url: str | None,
+    timeout_s: float,
+    key: tuple[str | None, str | None] = (None, None),
+    prefix: str = "",
+) -> None:
+    """List `bucket` (under `prefix`: a key may list no more) once, with `timeout_s` to connect
+    and to answer and no retries, as the client of `key` (its id and secret; None: the default
+    credentials) would."""
     import boto3
     from botocore.config import Config
 
@@ -113,9 +122,15 @@ def probe_bucket(bucket: str, setting: str, endpoint_url: str | None, timeout_s:
         connect_timeout=timeout_s, read_timeout=timeout_s, retries={"total_max_attempts": 1}
     )
     # A session of its own: boto3's default one is not safe to share between sensor threads.
-    client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+    client = boto3.session.Session().client(
+        "s3",
+        endpoint_url=endpoint_url,
+        config=config,
+        aws_access_key_id=key[0],
+        aws_secret_access_key=key[1],
+    )
     with s3_errors(bucket, setting, endpoint_url):
-        client.list_objects_v2(Bucket=bucket, MaxKeys=1)
+        client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
 
 
 def secret(field: object) -> str:

@@ -224,9 +224,11 @@ class S3LandingZone(LandingZone):
         return f"{self.prefix.rstrip('/')}/{key}" if self.prefix else key
 
     def check(self, timeout_s: float = 5.0) -> None:
-        # One attempt with short timeouts and the default credentials (as resources.py's
-        # S3Resource has them); the operations below retry as the S3 resource says.
-        probe_bucket(self.bucket, BUCKET_SETTING, self.s3.endpoint_url, timeout_s)
+        # One attempt with short timeouts and the S3 resource's credentials (the default ones
+        # unless it names a key); the operations below retry as the S3 resource says.
+        key = (self.s3.aws_access_key_id, self.s3.aws_secret_access_key)
+        root = f"{self.prefix.rstrip('/')}/" if self.prefix else ""
+        probe_bucket(self.bucket, BUCKET_SETTING, self.s3.endpoint_url, timeout_s, key, root)
 
     def list_files(self, prefix: str = "") -> list[LandingFile]:
         client = self._client()

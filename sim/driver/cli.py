@@ -39,7 +39,7 @@ from sim.world.annotator_service import AnnotatorServiceError, serve
 from sim.world.annotators import annotators_for
 from sim.world.clock import read_clock, write_clock
 from sim.world.drift import planted
-from sim.world.replay import day_bounds, land_days
+from sim.world.replay import day_bounds, land_days, producer_zone
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,7 +201,7 @@ def advance(days: int, start: date | None = None, env: str | None = None) -> int
     if not span:
         return 0
     home = flywheel_home()
-    zone = landing_zone(env)
+    zone = producer_zone(env)
     with tqdm(total=len(span), unit="day", desc="landing") as bar:
         report = land_days(
             zone, span, load_task(), on_day=lambda day: bar.update(1), drift=planted(home)

@@ -10,14 +10,13 @@ from datetime import date
 from pathlib import Path
 
 from pipelines.lib.asset_keys import task_run_config
-from pipelines.resources import landing_zone
 from pipelines.settings import DAGSTER_URL, REPO_ROOT, flywheel_home, retraining_default
 from pipelines.task import load_task
 from pipelines.task.contracts import TaskSpec
 from sim.driver.console import say
 from sim.world.clock import read_clock, read_progress, write_clock, write_progress
 from sim.world.drift import PlantedDrift, planted, record
-from sim.world.replay import day_bounds, land_days
+from sim.world.replay import day_bounds, land_days, producer_zone
 
 # Settings that name one state's files: a simulation given a state of its own must not inherit them.
 STATE_PATHS = ("FLYWHEEL_WAREHOUSE_PATH", "FLYWHEEL_DATASET_CACHE")
@@ -230,7 +229,7 @@ def run(days: int, start: date | None = None, options: RunOptions | None = None)
     todo = [day for day in span if played is None or day > played]
     if len(todo) < len(span):
         say(f"resuming after {played}, the last day played: {len(todo)} of {len(span)} to play")
-    began, zone, task = time.monotonic(), landing_zone(), load_task()
+    began, zone, task = time.monotonic(), producer_zone(), load_task()
     annotators = annotators_for(defs.resources["label_exchange"])
     tracker = resource(defs, "tracker")
     name = registered_name(task.name)

@@ -16,11 +16,30 @@ from datetime import date
 
 import pandas as pd
 
-from pipelines.lib.landing_zone import LandingZone
+from pipelines.lib.landing_zone import LandingZone, S3LandingZone
+from pipelines.resources import landing_zone
+from pipelines.settings import LANDING_KEY_ID, LANDING_SECRET_KEY
 from pipelines.task import load_task
 from pipelines.task.contracts import FeedSpec, TaskSpec
 from sim.world.drift import Transform
 from sim.world.sources import source_of
+
+
+def producer_zone(env: str | None = None) -> LandingZone:
+    """The landing zone as its producer writes it: in S3 with the producer's own key where it
+    has one (FLYWHEEL_LANDING_KEY_ID and _SECRET_KEY: a stack's `landing` identity, which may
+    write its task's landing prefix alone), else with the default credentials."""
+    zone = landing_zone(env)
+    if not isinstance(zone, S3LandingZone) or not LANDING_KEY_ID.get():
+        return zone
+    from dagster_aws.s3 import S3Resource
+
+    s3 = S3Resource(
+        endpoint_url=zone.s3.endpoint_url,
+        aws_access_key_id=LANDING_KEY_ID.get(),
+        aws_secret_access_key=LANDING_SECRET_KEY.required(),
+    )
+    return S3LandingZone(s3=s3, bucket=zone.bucket, prefix=zone.prefix)
 
 
 @dataclass

@@ -28,8 +28,9 @@ import requests
 from deploy.stack import s3
 from deploy.stack.pgbouncer import POOL_SIZE
 from deploy.stack.stack import SERVICES, Stack
-from pipelines.resources import warehouse
+from pipelines.resources import task_stem, warehouse
 from sim.world.nycflights import load
+from sim.world.replay import producer_zone
 from tests.deploy.stackctl import passable, stack, stack_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -289,27 +290,32 @@ def test_the_object_store_syncs_each_object_to_disk_before_acknowledging_it(
 
 
 def test_each_key_of_the_object_store_writes_only_its_own_prefixes(home: Path, monkeypatch):
-    """The runs' key (the landing producer's too, in stack.env) writes the landing zone and not
-    MLflow's artifacts; MLflow's key its artifacts only; the compute logs' key (the webserver's
-    and the daemon's) the logs only. A refused write is AccessDenied."""
+    """The runs' key writes the landing zone and not MLflow's artifacts; the landing producer's
+    (in stack.env, beside the runs') its task's landing prefix alone, and the simulator lands
+    with it; MLflow's key its artifacts only; the compute logs' key (the webserver's and the
+    daemon's) the logs only. A refused write is AccessDenied."""
     from botocore.exceptions import ClientError
 
     values = stack_env(home)
     monkeypatch.setenv("AWS_CA_BUNDLE", values["AWS_CA_BUNDLE"])  # boto3 checks the store's
     made = Stack.of_home(home)
+    task = f"landing/{task_stem()}"
+    producer = (values["FLYWHEEL_LANDING_KEY_ID"], values["FLYWHEEL_LANDING_SECRET_KEY"])
     keys = {
         "runs": values,
+        "producer": {**values, **dict(zip(s3.KEY_NAMES, producer, strict=True))},
         "mlflow": {**values, **made.own_key("mlflow")},
         "compute-logs": {**values, **made.own_key("compute-logs")},
     }
     allowed = {
-        "runs": {"landing", "labeling", "dvc", "compute-logs"},
+        "runs": {task, "landing/another-task", "labeling", "dvc", "compute-logs"},
+        "producer": {task},
         "mlflow": {"mlflow"},
         "compute-logs": {"compute-logs"},
     }
     for holder, env in keys.items():
         client = s3.client(env)
-        for prefix in ("landing", "labeling", "dvc", "compute-logs", "mlflow"):
+        for prefix in (task, "landing/another-task", "labeling", "dvc", "compute-logs", "mlflow"):
             key = f"{prefix}/access-probe/{holder}"
             if prefix in allowed[holder]:
                 client.put_object(Bucket="flywheel", Key=key, Body=b"")
@@ -318,6 +324,13 @@ def test_each_key_of_the_object_store_writes_only_its_own_prefixes(home: Path, m
             with pytest.raises(ClientError) as refused:
                 client.put_object(Bucket="flywheel", Key=key, Body=b"")
             assert refused.value.response["Error"]["Code"] == "AccessDenied", (holder, prefix)
+
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    zone = producer_zone()
+    assert zone.write_bytes("access-probe/producer", b"1")  # its S3 client holds its own key
+    assert zone.s3.aws_access_key_id == producer[0]
+    s3.client(values).delete_object(Bucket="flywheel", Key=f"{task}/access-probe/producer")
 
 
 def test_a_saved_bucket_is_put_back_with_each_object_s_etag(home: Path, tmp_path, monkeypatch):
