@@ -325,3 +325,39 @@ def test_the_code_location_s_image_imports_nothing_of_deploy() -> None:
             assert not {m for m in imports(path, set(found)) if m.startswith("deploy")}, name
         if name.split(".")[0] == "sim":
             assert not module_level_imports(path, {"deploy"}), name
+
+
+# tests/ mirrors the packages: the tests of pipelines/lib/ are in
+# tests/pipelines/lib/, those of the whole graph and the entry points in tests/pipelines/.
+MIRRORED = ("pipelines", "sim", "ml", "deploy")
+
+
+def misplaced_tests(repo: Path) -> list[str]:
+    """The test modules under tests/<package> whose folder mirrors no package."""
+    return sorted(
+        test.relative_to(repo).as_posix()
+        for package in MIRRORED
+        for test in (repo / "tests" / package).rglob("test_*.py")
+        if not (repo / test.parent.relative_to(repo / "tests") / "__init__.py").is_file()
+    )
+
+
+def test_a_packages_tests_sit_in_the_folder_that_mirrors_it() -> None:
+    assert misplaced_tests(REPO) == []
+
+
+def test_a_test_in_a_folder_that_mirrors_no_package_is_found(tmp_path: Path) -> None:
+    for path in (
+        "sim/__init__.py",
+        "sim/world/__init__.py",
+        "tests/sim/test_cli.py",
+        "tests/sim/world/test_replay.py",
+        "tests/sim/worlds/test_drift.py",
+        "tests/pipelines/test_wiring.py",
+    ):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    assert misplaced_tests(tmp_path) == [
+        "tests/pipelines/test_wiring.py",
+        "tests/sim/worlds/test_drift.py",
+    ]

@@ -16,7 +16,7 @@ readings of the same differences are given side by side:
   independent blocks being the replications (as in batch means): percentiles of so few
   blocks run narrow. Blocks keep the weeks' dependence within a block, so this is the interval
   the report leads with. Each reading's coverage on planted, autocorrelated weeks
-  (tests/sim/test_statistics.py) is in docs/benchmarks.md.
+  (tests/sim/judge/test_statistics.py) is in docs/benchmarks.md.
 
 Weeks are weighted by their examples (flights scored that week) in the estimate and in every
 reading; a table without an `examples` column weighs each week 1.

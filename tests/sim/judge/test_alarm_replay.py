@@ -10,7 +10,7 @@ import pandas as pd
 from pipelines.task.thresholds import MonitoringSpec
 from sim.judge.alarm_replay import EPOCH, alarms, concept_break, daily_excess, first_alarm_after
 from sim.judge.selection_screen import ScreenConfig, World
-from tests.sim.test_selection_screen import FEATURES, synthetic_world
+from tests.sim.judge.test_selection_screen import FEATURES, synthetic_world
 
 CONFIG = ScreenConfig(budget=40, max_iter=20, scored_from=date(2013, 4, 8))
 # A short memory, so that a month's world arms the alarm.

@@ -28,8 +28,8 @@ from pipelines.lib.warehouse import (
 from sim.world.annotators import LabelingService
 from sim.world.replay import land_days
 from tests.pipelines.conftest import flywheel_in, make_dvc_repo, source_rows
-from tests.pipelines.test_ingestion import failure_message
-from tests.pipelines.test_labeling_flow import materialize
+from tests.pipelines.defs.test_ingestion import failure_message
+from tests.pipelines.defs.test_labeling_flow import materialize
 
 FIRST = date(2013, 1, 1)
 # Four labelled days: the dataset trains on two, validates on one and tests on one.

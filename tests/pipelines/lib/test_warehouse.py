@@ -30,7 +30,7 @@ from sim.world.replay import land_days
 from tests.pipelines.conftest import source_rows, source_table
 from tests.pipelines.killing import instance_at
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FEATURES = "select * from fct_flight_features where flight_date = '{day}' order by flight_id"
 
 

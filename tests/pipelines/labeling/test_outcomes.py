@@ -11,7 +11,7 @@ import pandas as pd
 from pipelines.labeling.outcomes import parse_outcomes, task_ids_in_outcomes
 from pipelines.task import load_task
 from sim.world.replay import land_days
-from tests.pipelines.test_labeling_flow import DAY, NEXT, expected_late, materialize
+from tests.pipelines.defs.test_labeling_flow import DAY, NEXT, expected_late, materialize
 
 SPEC = load_task("flights").labeling
 AWAITING = {SPEC.task_id(e): e for e in ("2013-01-01_AA1_JFK", "2013-01-01_B62_EWR")}

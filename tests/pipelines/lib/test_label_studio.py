@@ -293,7 +293,7 @@ from pipelines.labeling import export_import as module
 from pipelines.lib.label_exchange import LabelStudioExchange
 from pipelines.lib.landing_zone import LocalLandingZone
 from pipelines.lib.warehouse import DuckDBConnection
-from tests.pipelines.test_label_studio import LABELING, SPEC, TASK, DAY1, DAY2, BUDGET
+from tests.pipelines.lib.test_label_studio import LABELING, SPEC, TASK, DAY1, DAY2, BUDGET
 
 url, token, title, store, db, where = sys.argv[1:]
 exchange = LabelStudioExchange(
@@ -328,7 +328,7 @@ def test_a_run_killed_between_label_studio_and_the_warehouse_loses_and_doubles_n
         args = [server.url, exchange.token, exchange.project_title, str(store), str(db), where]
         done = subprocess.run(
             [sys.executable, "-c", KILLED, *args],
-            cwd=Path(__file__).parents[2],
+            cwd=Path(__file__).parents[3],
             capture_output=True,
             text=True,
             timeout=120,
@@ -490,7 +490,7 @@ def test_a_server_that_does_not_answer_in_time_fails_with_the_timeout(scripted):
 
 # -- a second task, configured by its YAML alone -------------------------------------------------
 
-REVIEWS = load_task(Path(__file__).parents[1] / "fixtures" / "tasks" / "reviews.yaml")
+REVIEWS = load_task(Path(__file__).parents[2] / "fixtures" / "tasks" / "reviews.yaml")
 REVIEWS_SPEC, REVIEWS_LABELING = REVIEWS.model, REVIEWS.labeling
 POSTED, NEXT_DAY = "2024-03-04", "2024-03-05"
 
@@ -522,7 +522,7 @@ def review_warehouse(tmp_path: Path, n: int = 30) -> tuple[DuckDBConnection, dic
     (load,) = load_validated(con, feed, read_and_validate(REVIEWS, feed, [POSTED], zone))
     assert (load.rows_loaded, load.rows_quarantined) == (n, 0)
     con.raw.close()
-    project = Path(__file__).parents[1] / "fixtures" / "reviews_dbt"
+    project = Path(__file__).parents[2] / "fixtures" / "reviews_dbt"
     dbt = Path(sys.executable).parent / "dbt"
     env = {**os.environ, "REVIEWS_WAREHOUSE_PATH": str(db)}
     built = subprocess.run(

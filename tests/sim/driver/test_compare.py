@@ -29,7 +29,7 @@ ARGS += ["--trials", "1", "--max-epochs", "2", "--validation-days", "2", "--test
 ARGS += ["--drift", "celsius@2013-09-09", "--seeds", "1", "--jobs", "1"]
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def day_lines(output: str, policy: str) -> list[str]:

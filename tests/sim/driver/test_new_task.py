@@ -19,7 +19,7 @@ from sim.world import file_source
 from sim.world.file_source import column_name
 from sim.world.samples import read_dataset
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def emails(days: int, skip: int = 0) -> pd.DataFrame:
