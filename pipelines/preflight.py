@@ -29,11 +29,13 @@ from pipelines.lib.tracking import (
 from pipelines.resources import dataset_store, label_exchange, label_store, landing_zone, warehouse
 from pipelines.settings import (
     DAGSTER_HOME,
+    DBT_USER,
     OPTUNA_STORAGE,
     S3_ENDPOINT_URL,
     TRACKING_URI,
     Setting,
     current_env,
+    dbt_password,
     flywheel_home,
     labeling_backend,
 )
@@ -149,6 +151,14 @@ def warehouse_database() -> str:
     return f"{warehouse('prod').check(TIMEOUT_S)} (FLYWHEEL_WAREHOUSE_*)"
 
 
+def dbt_role() -> str:
+    """Connect to the warehouse as dbt's own role, as dbt's `prod` target will."""
+    if not DBT_USER.get():
+        return "the warehouse's role (FLYWHEEL_DBT_USER unset)"
+    as_dbt = {"user": DBT_USER.get(), "password": dbt_password()}
+    return f"{warehouse('prod').model_copy(update=as_dbt).check(TIMEOUT_S, DBT_USER.name)}"
+
+
 def tracking_server() -> str:
     """Reach the MLflow tracking server."""
     TRACKING_URI.required()
@@ -175,6 +185,7 @@ def labeling_backend_check() -> str:
 CHECKS: tuple[tuple[str, Callable[[], str]], ...] = (
     ("Dagster instance", dagster_storage),
     ("warehouse", warehouse_database),
+    ("dbt's role", dbt_role),
     ("landing zone", file_stores),
     ("dataset remote", dataset_remote),
     ("MLflow", tracking_server),

@@ -73,6 +73,10 @@ WAREHOUSE_HOST = Setting("FLYWHEEL_WAREHOUSE_HOST")
 WAREHOUSE_PORT = Setting("FLYWHEEL_WAREHOUSE_PORT", "5432")
 WAREHOUSE_USER = Setting("FLYWHEEL_WAREHOUSE_USER")
 WAREHOUSE_PASSWORD = Setting("FLYWHEEL_WAREHOUSE_PASSWORD", "")
+# dbt's own role, where it has one (it builds the models; the steps' role writes the raw tables):
+# unset, dbt logs in as FLYWHEEL_WAREHOUSE_USER with its password.
+DBT_USER = Setting("FLYWHEEL_DBT_USER")
+DBT_PASSWORD = Setting("FLYWHEEL_DBT_PASSWORD")
 WAREHOUSE_DATABASE = Setting("FLYWHEEL_WAREHOUSE_DATABASE")
 LANDING_BUCKET = Setting("FLYWHEEL_LANDING_BUCKET")
 # Each file store's prefix inside the landing bucket, by the store's folder.
@@ -139,6 +143,12 @@ def dataset_repository() -> Path:
     the state folder, so runs never write into the checkout; a team that commits its dataset
     pointers names its checkout's `data/`."""
     return Path(DVC_REPO.get() or flywheel_home() / "checkout" / "data")
+
+
+def dbt_password() -> str:
+    """dbt's password: FLYWHEEL_DBT_PASSWORD where FLYWHEEL_DBT_USER names dbt's own role, else
+    the warehouse's (FLYWHEEL_WAREHOUSE_PASSWORD)."""
+    return (DBT_PASSWORD if DBT_USER.get() else WAREHOUSE_PASSWORD).get() or ""
 
 
 def warehouse_path() -> str:

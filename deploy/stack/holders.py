@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from deploy import secret_scan
-from deploy.stack import mlflow_auth, shares, state, warehouse_reader
+from deploy.stack import mlflow_auth, shares, state, warehouse_roles
 from deploy.stack.stack import Stack
 
 # The stack's secrets that no setting carries, by the names the scan gives them.
@@ -71,7 +71,7 @@ def stack_secrets(stack: Stack) -> dict[str, str]:
             S3_KEYS[name]: secret for name, secret in state.s3_keys(kept).items() if name in S3_KEYS
         },
         ADMIN_PASSWORD: kept["postgres_password"],
-        READER_PASSWORD: kept["roles"][warehouse_reader.READER],
+        READER_PASSWORD: kept["roles"][warehouse_roles.READER],
     }
 
 

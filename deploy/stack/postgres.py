@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from deploy.stack import warehouse_reader
+from deploy.stack import warehouse_roles
 from deploy.stack.processes import StackError, free_port, write_atomically
 
 PACKAGE = "postgresql"
@@ -27,10 +27,11 @@ ROLE = "flywheel"
 INSTALL_LOCK = "/var/lock/flywheel-postgresql-install.lock"
 DATABASES = ("dagster", "mlflow", "optuna", "warehouse")
 # Each database's consumer logs in as the role named like it: Dagster's storage, MLflow's backend
-# store, Optuna's studies, and the warehouse's writers (the pipeline's steps and dbt).
+# store, Optuna's studies, and the warehouse's owner (the pipeline's steps).
 CONSUMER_ROLES = DATABASES
-# Every role with a password of its own: the consumers', and the warehouse's reader.
-ROLES = (*CONSUMER_ROLES, warehouse_reader.READER)
+# Every role with a password of its own: the consumers', and the warehouse's others (dbt's, the
+# reader's: deploy/stack/warehouse_roles.py).
+ROLES = (*CONSUMER_ROLES, *warehouse_roles.ROLES)
 
 
 def binaries() -> Path:
@@ -175,14 +176,14 @@ def write_hba(data: Path, clients: Sequence[str] = ("127.0.0.1",)) -> None:
     """Who may log in to what from the addresses `clients` (`pg_hba.conf`, read at start and on
     reload): over TLS only, the administrator to any database and to replication (the base
     backup of `python -m deploy.stack backup`), each consumer's role to its own database, the
-    warehouse's reader to the warehouse."""
+    warehouse's other roles (dbt's, the reader) to the warehouse."""
     rows = []
     for client in clients:
         cidr = f"{client}/{128 if ':' in client else 32}"
         rows.append(f"hostssl all {ROLE} {cidr} scram-sha-256")
         rows.append(f"hostssl replication {ROLE} {cidr} scram-sha-256")
         rows += [f"hostssl {role} {role} {cidr} scram-sha-256" for role in CONSUMER_ROLES]
-        rows.append(f"hostssl warehouse {warehouse_reader.READER} {cidr} scram-sha-256")
+        rows += [f"hostssl warehouse {role} {cidr} scram-sha-256" for role in warehouse_roles.ROLES]
     path = data / "pg_hba.conf"
     text = "# Written by the stack at each start (deploy/stack/postgres.py).\n"
     write_atomically(path, text + "\n".join(rows) + "\n", mode=0o600)
@@ -214,7 +215,7 @@ def ensure_roles(url: str, passwords: dict[str, str]) -> None:
         connection.close()
     for role in CONSUMER_ROLES:
         _hand_over(url, role)
-    warehouse_reader.ensure(_libpq(url), passwords[warehouse_reader.READER])
+    warehouse_roles.ensure(_libpq(url), passwords, warehouse_roles.dbt_relations())
 
 
 # Everything the administrator owns in a database, handed to the database's role: schemas, then

@@ -26,6 +26,7 @@ from deploy.stack import instance, mlflow_auth, pgbouncer, postgres, proxy, s3, 
 from deploy.stack.processes import http_ok, write_atomically
 from deploy.stack.readiness import code_server_ready, daemon_ready, preflight
 from deploy.stack.supervisor import Service, Supervisor
+from deploy.stack.warehouse_roles import environment as warehouse_environment
 from pipelines.settings import SENSOR_INTERVAL, SETTINGS, environment_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,12 +125,8 @@ class Stack:
             "FLYWHEEL_LANDING_BUCKET": BUCKET,
             "FLYWHEEL_DVC_REMOTE": f"s3://{BUCKET}/dvc",
             "FLYWHEEL_DVC_REPO": str(self.root / "checkout" / "data"),
-            # The warehouse: the stack's PostgreSQL (dbt's `prod` target reads the same).
-            "FLYWHEEL_WAREHOUSE_HOST": host,
-            "FLYWHEEL_WAREHOUSE_PORT": str(ports["postgres"]),
-            "FLYWHEEL_WAREHOUSE_USER": "warehouse",
-            "FLYWHEEL_WAREHOUSE_PASSWORD": chosen["roles"]["warehouse"],
-            "FLYWHEEL_WAREHOUSE_DATABASE": "warehouse",
+            # The warehouse (dbt's `prod` target too): the steps' role, and dbt's own.
+            **warehouse_environment(host, ports["postgres"], chosen["roles"]),
             "MLFLOW_TRACKING_URI": f"https://{host}:{ports['mlflow']}",
             # MLflow's server asks every client for a user (deploy/stack/mlflow_auth.py).
             "MLFLOW_TRACKING_USERNAME": mlflow_auth.RUNS_USER,

@@ -32,8 +32,8 @@ from packaging.version import Version
 from pipelines.lib.runs import record_child_process
 from pipelines.settings import (
     DBT_KEEP_TARGETS,
-    WAREHOUSE_PASSWORD,
     Setting,
+    dbt_password,
     environment_of,
     warehouse_path,
 )
@@ -83,13 +83,13 @@ class FlywheelDbtCliResource(DbtCliResource):
     """
 
     def cli(self, args: Sequence[str], **kwargs: Any) -> DbtCliInvocation:
-        """As DbtCliResource.cli; in this process when the dbt is this environment's. The
-        warehouse's password reaches dbt as `DBT_ENV_SECRET_WAREHOUSE_PASSWORD`, the name the
-        profile reads it by: dbt scrubs the values of its `DBT_ENV_SECRET_` variables from its
-        logs and errors."""
+        """As DbtCliResource.cli; in this process when the dbt is this environment's. dbt's
+        password (`dbt_password`) reaches dbt as `DBT_ENV_SECRET_WAREHOUSE_PASSWORD`, the name
+        the profile reads it by: dbt scrubs the values of its `DBT_ENV_SECRET_` variables from
+        its logs and errors."""
         seed_parse_state(Path(self.project_dir))
         # DbtCliResource.cli copies os.environ for the dbt it starts before returning.
-        with _environ_lock, _environ({SECRET_PASSWORD: WAREHOUSE_PASSWORD.get()}):
+        with _environ_lock, _environ({SECRET_PASSWORD: dbt_password()}):
             if Path(self.dbt_executable).parent not in _environment_bin_folders():
                 return super().cli(args, **kwargs)
             with _dbt_in_process():
@@ -201,10 +201,12 @@ PROFILE_SETTINGS = frozenset(
         "FLYWHEEL_WAREHOUSE_PATH",
         *(f"FLYWHEEL_WAREHOUSE_{n}" for n in ("HOST", "PORT", "USER", "PASSWORD", "DATABASE")),
         "FLYWHEEL_DBT_THREADS",
+        "FLYWHEEL_DBT_USER",
     }
 )
-# The variable dbt_project/profiles.yml reads the warehouse's password from (FLYWHEEL_WAREHOUSE_
-# PASSWORD's value): dbt scrubs the values of variables with this prefix from what it writes.
+# The variable dbt_project/profiles.yml reads dbt's password from (FLYWHEEL_DBT_PASSWORD's or
+# FLYWHEEL_WAREHOUSE_PASSWORD's value): dbt scrubs the values of variables with this prefix from
+# what it writes.
 SECRET_PASSWORD = "DBT_ENV_SECRET_WAREHOUSE_PASSWORD"
 # Options of a command that change what a parse produces.
 _PARSE_OPTIONS = ("--target", "-t", "--profile", "--vars", "--profiles-dir", "--project-dir")

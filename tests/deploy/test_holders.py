@@ -112,6 +112,7 @@ def test_each_service_of_the_stack_holds_only_what_its_table_allows(stack: Stack
     run_secrets = {
         "DAGSTER_PG_PASSWORD",
         "FLYWHEEL_WAREHOUSE_PASSWORD",
+        "FLYWHEEL_DBT_PASSWORD",
         "FLYWHEEL_OPTUNA_STORAGE",
         "AWS_SECRET_ACCESS_KEY",
         "MLFLOW_TRACKING_PASSWORD",

@@ -527,9 +527,12 @@ NOT_IN_CONFIGMAP = {
     "AWS_SECRET_ACCESS_KEY",
     "FLYWHEEL_OPTUNA_STORAGE",  # the Secret flywheel-secrets
     "FLYWHEEL_WAREHOUSE_PASSWORD",  # the Secret flywheel-secrets
+    "FLYWHEEL_DBT_PASSWORD",  # the Secret flywheel-secrets
     "MLFLOW_TRACKING_PASSWORD",  # the Secret flywheel-secrets
     # Clients of the webserver, not the code location.
     *("FLYWHEEL_DAGSTER_URL", "FLYWHEEL_DAGSTER_USER", "FLYWHEEL_DAGSTER_PASSWORD"),
+    # The landing producer's, outside the cluster.
+    *("FLYWHEEL_LANDING_KEY_ID", "FLYWHEEL_LANDING_SECRET_KEY"),
 }
 
 

@@ -397,13 +397,14 @@ def test_each_consumer_logs_in_as_a_role_of_its_own_over_tls_only(home: Path, en
     import psycopg2
     import psycopg2.errors
 
-    from deploy.stack import postgres, warehouse_reader
+    from deploy.stack import postgres, warehouse_roles
 
     settings = json.loads((home / "stack" / "stack.json").read_text())
     port = settings["ports"]["postgres"]
     # Every client of the stack asks for TLS and checks the server's name (libpq's settings).
     assert env["PGSSLMODE"] == "verify-full"
     assert env["DAGSTER_PG_USER"] == "dagster" and env["FLYWHEEL_WAREHOUSE_USER"] == "warehouse"
+    assert env["FLYWHEEL_DBT_USER"] == "warehouse_dbt"
     assert "//optuna:" in env["FLYWHEEL_OPTUNA_STORAGE"]
 
     def connect(role: str, database: str, **options):
@@ -442,25 +443,56 @@ def test_each_consumer_logs_in_as_a_role_of_its_own_over_tls_only(home: Path, en
     with pytest.raises(psycopg2.OperationalError, match=r"no pg_hba\.conf entry"):
         connect("warehouse", "warehouse", sslmode="disable")
     connect("warehouse", "warehouse", sslmode="verify-full").close()
-    # The warehouse's reader reads what the runs wrote, and writes nothing.
-    reader = connect(warehouse_reader.READER, "warehouse")
+    # dbt's role owns every relation dbt built (the runs' dbt steps logged in as it); the
+    # steps' role reads them and writes none.
+    steps, dbt = connect("warehouse", "warehouse"), connect(warehouse_roles.BUILDER, "warehouse")
     try:
-        with reader.cursor() as cursor:
-            cursor.execute("select count(*) from raw.flights")
-            assert cursor.fetchone()[0] > 0
-            for write in (
+        with steps.cursor() as cursor:
+            cursor.execute(
+                "select c.relname, pg_get_userbyid(c.relowner) from pg_class c join pg_namespace"
+                " n on n.oid = c.relnamespace where n.nspname = 'public' and c.relkind in"
+                " ('r', 'v') and c.relname = any(%s)",
+                (warehouse_roles.dbt_relations(),),
+            )
+            owners = dict(cursor.fetchall())
+            assert owners and set(owners.values()) == {warehouse_roles.BUILDER}, owners
+            model = min(owners)
+            cursor.execute(f"select count(*) from {model}")
+        refused(steps, f"delete from {model}", f"insert into {model} select * from {model}")
+    finally:
+        steps.close()
+    # dbt's role reads what the steps wrote and writes none of it; the reader writes nothing.
+    for role, writes in (
+        (warehouse_roles.BUILDER, ()),
+        (warehouse_roles.READER, ("create table public.reader_probe (x int)",)),
+    ):
+        reader = dbt if role == warehouse_roles.BUILDER else connect(role, "warehouse")
+        try:
+            with reader.cursor() as cursor:
+                cursor.execute("select count(*) from raw.flights")
+                assert cursor.fetchone()[0] > 0
+            refused(
+                reader,
                 "delete from raw.flights",
                 "insert into raw.flights (carrier) values ('XX')",
-                "create table public.reader_probe (x int)",
                 "drop table raw.flights",
-            ):
-                with pytest.raises(psycopg2.errors.InsufficientPrivilege):
-                    cursor.execute(write)
-                reader.rollback()
-    finally:
-        reader.close()
-    with pytest.raises(psycopg2.OperationalError, match=r"no pg_hba\.conf entry"):
-        connect(warehouse_reader.READER, "dagster")
+                "create table raw.probe (x int)",
+                *writes,
+            )
+        finally:
+            reader.close()
+        with pytest.raises(psycopg2.OperationalError, match=r"no pg_hba\.conf entry"):
+            connect(role, "dagster")
+
+
+def refused(connection, *statements: str) -> None:
+    """Each of `statements` is refused to `connection`'s role (permission denied)."""
+    import psycopg2.errors
+
+    for statement in statements:
+        with connection.cursor() as cursor, pytest.raises(psycopg2.errors.InsufficientPrivilege):
+            cursor.execute(statement)
+        connection.rollback()
 
 
 def test_each_process_of_the_stack_holds_only_the_secrets_its_table_allows(home, env):

@@ -8,6 +8,7 @@ the flywheel does not check up front fails the test instead of waiting them out.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import threading
@@ -257,7 +258,7 @@ def test_preflight_prints_every_wrong_setting_and_fails(prod, monkeypatch, close
     assert main() == 1
     lines = capsys.readouterr().out.splitlines()
     failed = [line for line in lines if line.startswith("FAIL")]
-    assert len(lines) == 7 and len(failed) == 4
+    assert len(lines) == 8 and len(failed) == 4
     for setting in (
         "FLYWHEEL_LANDING_BUCKET",
         "FLYWHEEL_DVC_REMOTE",
@@ -275,6 +276,20 @@ def test_a_wrong_warehouse_database_is_named(prod, monkeypatch):
     assert "no_such_database" in warehouse.problem
 
 
+def test_dbt_s_own_role_is_checked_and_named(prod, monkeypatch):
+    def dbt_check():
+        (check,) = [c for c in check_settings() if c.service == "dbt's role"]
+        return check
+
+    assert dbt_check().problem is None and "unset" in dbt_check().detail
+    monkeypatch.setenv("FLYWHEEL_DBT_USER", os.environ["FLYWHEEL_WAREHOUSE_USER"])
+    monkeypatch.setenv("FLYWHEEL_DBT_PASSWORD", os.environ["FLYWHEEL_WAREHOUSE_PASSWORD"])
+    assert dbt_check().problem is None
+    monkeypatch.setenv("FLYWHEEL_DBT_PASSWORD", "not-its-password")
+    problem = dbt_check().problem
+    assert problem and problem.startswith("warehouse PostgreSQL (FLYWHEEL_DBT_USER, _PASSWORD):")
+
+
 def test_a_secret_read_where_a_resource_is_used_as_built_is_named_when_unset(prod, monkeypatch):
     """The definitions give the password as its variable (`dg.EnvVar`); a warehouse used as
     built, outside a run (the preflight, the simulator), reads it then, and names it unset."""
@@ -289,7 +304,7 @@ def test_a_secret_read_where_a_resource_is_used_as_built_is_named_when_unset(pro
 def test_preflight_passes_when_every_service_answers(prod, capsys):
     assert main() == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 7 and all(line.startswith("ok") for line in lines)
+    assert len(lines) == 8 and all(line.startswith("ok") for line in lines)
 
 
 def test_a_label_studio_that_cannot_be_used_is_named_by_its_setting(prod, monkeypatch, closed_port):

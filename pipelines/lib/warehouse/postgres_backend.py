@@ -167,15 +167,16 @@ class PostgresWarehouse(Warehouse):
         finally:
             con.close()
 
-    def check(self, timeout_s: float) -> str:
-        """Connect once (at most `timeout_s`); a ConfigurationError naming the setting at fault."""
+    def check(self, timeout_s: float, user: str = "FLYWHEEL_WAREHOUSE_USER") -> str:
+        """Connect once (at most `timeout_s`); a ConfigurationError naming the setting at fault
+        (`user`: the one that names the role, and its password's)."""
         import psycopg2
 
         from pipelines.lib.errors import ConfigurationError
 
         faults = (
-            ("password authentication failed", "FLYWHEEL_WAREHOUSE_USER, _PASSWORD"),
-            ('role "', "FLYWHEEL_WAREHOUSE_USER"),
+            ("password authentication failed", f"{user}, _PASSWORD"),
+            ('role "', user),
             ('database "', "FLYWHEEL_WAREHOUSE_DATABASE"),
         )
         try:
