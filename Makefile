@@ -50,15 +50,17 @@ setup: $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml dbt_project/target/manife
 # libraries. TORCH_INDEX= turns that off. Each step prints what it downloads and installs.
 # Bytecode is compiled at install: with none on disk (uv writes none by default, and nothing is
 # written where PYTHONDONTWRITEBYTECODE is set), every process compiles dagster, dbt and lightning
-# again as it imports them, seconds per process start.
+# again as it imports them, seconds per process start. deploy/dev-overrides.txt leaves out what
+# costs every process seconds and nothing needs (an environment made before loses it too).
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?= $(if $(wildcard /dev/nvidia0),,$(shell python3 -c "import urllib.request as r; r.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" >/dev/null 2>&1 && echo $(TORCH_CPU_INDEX)))
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml deploy/dev-overrides.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	@echo "installing torch ($(if $(TORCH_INDEX),its CPU build from $(TORCH_INDEX),the build of the machine's indexes)) and uv"
 	$(PY) -m pip install --disable-pip-version-check --progress-bar off uv==0.13.9 torch==2.13.0 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	@echo "installing flywheel and its dependencies"
-	$(VENV)/bin/uv pip install --compile-bytecode --python $(PY) -e ".[dev]"
+	$(VENV)/bin/uv pip install --compile-bytecode --python $(PY) --overrides deploy/dev-overrides.txt -e ".[dev]"
+	$(VENV)/bin/uv pip uninstall --quiet --python $(PY) rfc3987-syntax
 	touch $@
 
 $(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
