@@ -192,16 +192,18 @@ def write_hba(data: Path, clients: Sequence[str] = ("127.0.0.1",)) -> None:
 
 
 def ensure_roles(url: str, passwords: dict[str, str]) -> None:
-    """Each consumer's role (no superuser, no role or database creation) with its password,
-    owning its database and everything in it, which no other role may connect to. Idempotent;
-    a stack whose databases the administrator owned hands them over, objects and all."""
+    """Every role of `ROLES` (no superuser, no role or database creation) with its password;
+    each consumer's owning its database and everything in it, which no other role may connect
+    to, and the warehouse's others with their grants (deploy/stack/warehouse_roles.py).
+    Idempotent; a stack whose databases the administrator owned hands them over, objects and
+    all."""
     import psycopg2
 
     connection = psycopg2.connect(_libpq(url))
     connection.autocommit = True
     try:
         with connection.cursor() as cursor:
-            for role in CONSUMER_ROLES:
+            for role in ROLES:
                 cursor.execute("select 1 from pg_roles where rolname = %s", (role,))
                 verb = "alter" if cursor.fetchone() else "create"
                 cursor.execute(
@@ -209,13 +211,14 @@ def ensure_roles(url: str, passwords: dict[str, str]) -> None:
                     "noreplication password %s",
                     (passwords[role],),
                 )
+            for role in CONSUMER_ROLES:
                 cursor.execute(f'alter database "{role}" owner to "{role}"')
                 cursor.execute(f'revoke all on database "{role}" from public')
     finally:
         connection.close()
     for role in CONSUMER_ROLES:
         _hand_over(url, role)
-    warehouse_roles.ensure(_libpq(url), passwords, warehouse_roles.dbt_relations())
+    warehouse_roles.ensure(_libpq(url), warehouse_roles.dbt_relations())
 
 
 # Everything the administrator owns in a database, handed to the database's role: schemas, then

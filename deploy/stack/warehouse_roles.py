@@ -71,9 +71,9 @@ def environment(host: str, port: int, passwords: Mapping[str, str]) -> dict[str,
     }
 
 
-def ensure(libpq_url: str, passwords: dict[str, str], dbt_relations: Iterable[str]) -> None:
-    """The roles of `ROLES` with their `passwords`, their grants, and dbt's relations
-    (`dbt_relations`: its models' and seeds' names) handed to dbt's role; idempotent.
+def ensure(libpq_url: str, dbt_relations: Iterable[str]) -> None:
+    """The grants of the roles of `ROLES` (deploy/stack/postgres.py makes them), and dbt's
+    relations (`dbt_relations`: its models' and seeds' names) handed to dbt's role; idempotent.
     `libpq_url`: the administrator's, to the `postgres` database."""
     import psycopg2
 
@@ -81,17 +81,9 @@ def ensure(libpq_url: str, passwords: dict[str, str], dbt_relations: Iterable[st
     connection.autocommit = True
     try:
         with connection.cursor() as cursor:
-            for role in ROLES:
-                cursor.execute("select 1 from pg_roles where rolname = %s", (role,))
-                verb = "alter" if cursor.fetchone() else "create"
-                cursor.execute(
-                    f"{verb} role {role} login nosuperuser nocreatedb nocreaterole noreplication "
-                    "password %s",
-                    (passwords[role],),
-                )
-                # dbt's incremental models stage their rows in temporary tables.
-                rights = "connect, temporary" if role == BUILDER else "connect"
-                cursor.execute(f"grant {rights} on database {DATABASE} to {role}")
+            # dbt's incremental models stage their rows in temporary tables.
+            cursor.execute(f"grant connect, temporary on database {DATABASE} to {BUILDER}")
+            cursor.execute(f"grant connect on database {DATABASE} to {READER}")
     finally:
         connection.close()
     connection = psycopg2.connect(libpq_url.removesuffix("/postgres") + f"/{DATABASE}")

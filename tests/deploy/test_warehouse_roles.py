@@ -4,7 +4,6 @@ handed over."""
 
 from __future__ import annotations
 
-import secrets
 import sys
 
 import pytest
@@ -39,9 +38,10 @@ def test_dbt_owns_its_models_reads_the_steps_tables_and_writes_none_of_them(post
             as_role(role, statement)
 
     try:
-        cursor.execute(f"select 1 from pg_roles where rolname = '{OWNER}'")
-        if not cursor.fetchall():
-            cursor.execute(f"create role {OWNER} login")
+        for role in (OWNER, *warehouse_roles.ROLES):  # as deploy/stack/postgres.py makes them
+            cursor.execute(f"select 1 from pg_roles where rolname = '{role}'")
+            if not cursor.fetchall():
+                cursor.execute(f"create role {role} login")
         cursor.execute(f"alter database warehouse owner to {OWNER}")
         cursor.execute("drop schema if exists raw cascade")
         cursor.execute("drop table if exists public.fct_probe, public.stg_probe, public.later")
@@ -49,10 +49,8 @@ def test_dbt_owns_its_models_reads_the_steps_tables_and_writes_none_of_them(post
         as_role(OWNER, "create schema raw")
         as_role(OWNER, "create table raw.flights (x int); insert into raw.flights values (1)")
         as_role(OWNER, "create table public.fct_probe as select x from raw.flights")
-        passwords = {role: secrets.token_hex(8) for role in warehouse_roles.ROLES}
-
-        warehouse_roles.ensure(f"{admin}/postgres", passwords, ["fct_probe", "stg_probe"])
-        warehouse_roles.ensure(f"{admin}/postgres", passwords, ["fct_probe"])  # idempotent
+        warehouse_roles.ensure(f"{admin}/postgres", ["fct_probe", "stg_probe"])
+        warehouse_roles.ensure(f"{admin}/postgres", ["fct_probe"])  # idempotent
 
         cursor.execute("select tableowner from pg_tables where tablename = 'fct_probe'")
         assert cursor.fetchall() == [(BUILDER,)]
