@@ -82,7 +82,7 @@ compare-grid: setup
 # Two workers: the stack tests (one group, one stack at a time) mostly wait on their processes
 # while the other worker computes.
 test: setup
-	$(VENV)/bin/pytest -m "not slow" -n 2 --dist loadgroup --durations=25
+	$(VENV)/bin/pytest -m "not slow" -n 2 --dist loadgroup --durations=25 --cpu-report 25
 
 # The inner loop: the unit tests, without the services, the stack and the loop played over days.
 test-fast: setup

@@ -26,6 +26,9 @@ if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
     for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_name, _share)
 
+# `pytest --cpu-report N`: where the suite's CPU goes.
+pytest_plugins = ["tests.cpu_report"]
+
 REGION = "us-east-1"
 
 # Test files that start services or processes, play the loop over days, or materialize whole
