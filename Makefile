@@ -86,7 +86,7 @@ test: setup
 
 # The inner loop: the unit tests, without the services, the stack and the loop played over days.
 test-fast: setup
-	$(VENV)/bin/pytest -m "not slow and not integration" -n 2 -q
+	$(VENV)/bin/pytest -m "not slow and not integration" -n 2 -q --durations=10 --cpu-report 10
 
 # The slow tests too (the kill tests on copies of a played world, DDP); the long fuzzing profile
 # runs on its own, as long as FLYWHEEL_FUZZ_EXAMPLES asks (docs/reliability.md).
