@@ -77,19 +77,13 @@ def ensure(libpq_url: str, dbt_relations: Iterable[str]) -> None:
     `libpq_url`: the administrator's, to the `postgres` database."""
     import psycopg2
 
-    connection = psycopg2.connect(libpq_url)
+    connection = psycopg2.connect(libpq_url.removesuffix("/postgres") + f"/{DATABASE}")
     connection.autocommit = True
     try:
         with connection.cursor() as cursor:
             # dbt's incremental models stage their rows in temporary tables.
             cursor.execute(f"grant connect, temporary on database {DATABASE} to {BUILDER}")
             cursor.execute(f"grant connect on database {DATABASE} to {READER}")
-    finally:
-        connection.close()
-    connection = psycopg2.connect(libpq_url.removesuffix("/postgres") + f"/{DATABASE}")
-    connection.autocommit = True
-    try:
-        with connection.cursor() as cursor:
             cursor.execute(GRANTS)
             names = {"owner": OWNER, "builder": BUILDER, "reader": READER}
             cursor.execute(HAND_OVER, {**names, "relations": sorted(set(dbt_relations))})

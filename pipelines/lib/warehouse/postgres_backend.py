@@ -167,16 +167,16 @@ class PostgresWarehouse(Warehouse):
         finally:
             con.close()
 
-    def check(self, timeout_s: float, user: str = "FLYWHEEL_WAREHOUSE_USER") -> str:
+    def check(self, timeout_s: float, user_setting: str = "FLYWHEEL_WAREHOUSE_USER") -> str:
         """Connect once (at most `timeout_s`); a ConfigurationError naming the setting at fault
-        (`user`: the one that names the role, and its password's)."""
+        (`user_setting`: the one that names the role, and its password's)."""
         import psycopg2
 
         from pipelines.lib.errors import ConfigurationError
 
         faults = (
-            ("password authentication failed", f"{user}, _PASSWORD"),
-            ('role "', user),
+            ("password authentication failed", f"{user_setting}, _PASSWORD"),
+            ('role "', user_setting),
             ('database "', "FLYWHEEL_WAREHOUSE_DATABASE"),
         )
         try:
