@@ -4,9 +4,13 @@ while the simulation plays its partitions, by a process at the lowest CPU priori
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
 import queue
+import signal
+import sys
+import threading
 from collections.abc import Sequence
 from datetime import date
 
@@ -28,7 +32,7 @@ class BaselineFits:
     partition's spend is final.
 
     The process ends with `results`, with `close`, or when the process that started it is gone
-    (killed too).
+    (killed too): on Linux the kernel kills it then, whatever share of a core it gets.
     """
 
     def __init__(
@@ -43,7 +47,7 @@ class BaselineFits:
         self._outbox: multiprocessing.Queue = context.Queue()
         self._process = context.Process(
             target=_fit_in_background,
-            args=(self._inbox, self._outbox, features, time_column, seed, cadence, os.getpid()),
+            args=(self._inbox, self._outbox, features, time_column, seed, cadence, _parent()),
             name="baseline-fits",
             daemon=True,
         )
@@ -107,6 +111,26 @@ class BaselineFits:
             box.cancel_join_thread()
 
 
+def _parent() -> tuple[int, bool]:
+    """This process's id, and whether the calling thread is its main thread: the kernel's
+    parent-death signal follows the thread that started the child, not the process, so it is
+    asked for only where that thread lasts as long as the process."""
+    return os.getpid(), threading.current_thread() is threading.main_thread()
+
+
+def _die_with(parent: tuple[int, bool]) -> None:
+    """End this process when `parent` ends. The kernel kills it at once where it can
+    (PR_SET_PDEATHSIG): a process at the idle priority on a busy machine may not run for many
+    seconds, so the loop's own check of its parent could come late. That check stays, for
+    other systems and a parent gone before the signal was asked for."""
+    pid, main_thread = parent
+    if sys.platform == "linux" and main_thread:
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != pid:
+        os._exit(0)
+
+
 def _lowest_priority() -> None:
     """This process runs only when a core would otherwise be idle (Linux's idle scheduling
     class; elsewhere the lowest nice value). Threads it starts later inherit it."""
@@ -123,13 +147,14 @@ def _fit_in_background(
     time_column: str,
     seed: int,
     cadence: Cadence,
-    parent: int,
+    parent: tuple[int, bool],
 ) -> None:
     """`BaselineFits`' process: fits the periods asked for, oldest first, while taking in what
     is added, and sends each result as it is made; once told (None) that nothing more comes and
     every period is fitted, it says so and ends."""
     import traceback
 
+    _die_with(parent)
     # Loaded before the limit below, which applies to the libraries loaded when it is set:
     # HistGradientBoosting's OpenMP runtime would otherwise start a thread per core, and one
     # that the scheduler sets aside leaves the others spinning at their barriers.
@@ -146,7 +171,7 @@ def _fit_in_background(
     try:
         with threadpool_limits(1):
             while True:
-                if os.getppid() != parent:
+                if os.getppid() != parent[0]:
                     return  # the simulation is gone (killed): nobody will read the results
                 if not done:
                     try:  # take in what was sent; wait for it only when nothing is left to fit

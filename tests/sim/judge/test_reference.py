@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -308,13 +309,33 @@ if __name__ == "__main__":
 """
 
 
-def test_the_fitting_process_ends_when_the_simulation_is_killed(tmp_path) -> None:
+def settled(pid: int) -> None:
+    """Wait until process `pid` has started and waits (its CPU time still for a second)."""
+    stat = Path(f"/proc/{pid}/stat")
+    before, deadline = None, time.monotonic() + 300
+    while time.monotonic() < deadline:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        now = (fields[0], int(fields[11]) + int(fields[12]))  # state, utime + stime
+        if now == before and now[0] == "S":
+            return
+        before = now
+        time.sleep(1)
+    raise AssertionError(f"process {pid} never settled")
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["running", "never-scheduled"])
+def test_the_fitting_process_ends_when_the_simulation_is_killed(tmp_path, stopped) -> None:
+    """`never-scheduled`: the fitting process is stopped (SIGSTOP) before its parent is killed,
+    as a process at the idle priority on a busy machine may not run for minutes: its own check
+    of its parent cannot run, and only the kernel's parent-death signal ends it."""
     script = tmp_path / "simulation.py"
     script.write_text(KILLED_PARENT)
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
-    os.kill(child, 0)  # it runs
+    if stopped:
+        settled(child)
+    os.kill(child, signal.SIGSTOP if stopped else 0)  # it runs, or stops
     parent.kill()  # SIGKILL: nothing of the parent's own cleanup runs
     parent.wait()
     deadline = time.monotonic() + 30
@@ -328,4 +349,6 @@ def test_the_fitting_process_ends_when_the_simulation_is_killed(tmp_path) -> Non
             os.waitpid(child, os.WNOHANG)
         time.sleep(0.2)
     else:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
         raise AssertionError(f"the fitting process {child} outlived its killed parent")
