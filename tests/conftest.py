@@ -32,7 +32,8 @@ pytest_plugins = ["tests.cpu_report"]
 REGION = "us-east-1"
 
 # Test files that start services or processes, play the loop over days, or materialize whole
-# days through Dagster: the `integration` marker, which `make test-fast` leaves out.
+# days through Dagster: the `integration` marker, which `make test-fast` leaves out. A test of
+# that kind in a file of unit tests carries the marker itself.
 INTEGRATION = {
     "tests/dbt/test_dbt_project.py",
     "tests/deploy/test_parity.py",
@@ -45,6 +46,7 @@ INTEGRATION = {
     "tests/ml/test_gpu_benches.py",
     "tests/ml/test_parallel_tuning.py",
     "tests/ml/test_tuning.py",
+    "tests/ml/test_tuning_database_killed.py",
     "tests/pipelines/defs/test_ingestion.py",
     "tests/pipelines/defs/test_labeling_flow.py",
     "tests/pipelines/defs/test_training_asset.py",
@@ -56,6 +58,7 @@ INTEGRATION = {
     "tests/pipelines/lib/test_warehouse.py",
     "tests/pipelines/task/test_feed_checks.py",
     "tests/pipelines/test_configuration_errors.py",
+    "tests/pipelines/test_disk_full.py",
     "tests/pipelines/test_end_to_end.py",
     "tests/pipelines/test_movielens_task.py",
     "tests/sim/driver/test_compare.py",

@@ -7,6 +7,7 @@ import io
 from datetime import date
 
 import pandas as pd
+import pytest
 
 from pipelines.labeling.outcomes import parse_outcomes, task_ids_in_outcomes
 from pipelines.task import load_task
@@ -78,6 +79,7 @@ def test_a_value_a_time_or_a_file_that_does_not_fit_is_rejected_not_raised() -> 
     assert good.empty and bad.reason.tolist() == ["already labelled (annotation 7 in inbox/a.json)"]
 
 
+@pytest.mark.integration  # materializes whole days through Dagster
 def test_an_outcomes_file_in_the_inbox_is_imported_with_the_annotations(flywheel) -> None:
     """Through the label import of the definitions: a team's outcomes for some of the exported
     flights, beside nothing from annotators; one row names a flight never exported."""

@@ -85,6 +85,7 @@ def copy_of_repository(root: Path) -> Path:
     return root
 
 
+@pytest.mark.integration  # plays 20 days in a process of its own
 def test_a_file_becomes_a_task_that_plays_to_a_report_with_no_python_written(tmp_path) -> None:
     """The newcomer's path, on a real file: one command writes the task and checks its
     wiring, the replay plays the file (no module of the simulator's own), and the loop runs to
