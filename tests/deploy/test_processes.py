@@ -19,7 +19,7 @@ import pytest
 
 from deploy.stack import postgres
 from deploy.stack.processes import StackError, free_port, free_ports
-from deploy.stack.readiness import code_server_ready
+from deploy.stack.readiness import code_server_ready, daemon_ready
 from deploy.stack.stack import PORTS, Stack
 from deploy.stack.supervisor import START_RETRIES, Service, Supervisor
 
@@ -180,6 +180,56 @@ def test_a_code_location_that_cannot_load_is_an_error_not_a_ready_code_server():
     finally:
         server.kill()
         server.wait()
+
+
+FIRST_LOAD_WITHOUT_DATABASE = """
+import os
+from pathlib import Path
+
+import dagster as dg
+from dagster_postgres.utils import DagsterPostgresException
+
+tried = Path(os.environ["TRIED"])
+if not tried.exists():
+    tried.write_text("once")
+    raise DagsterPostgresException("too many retries for DB connection")
+defs = dg.Definitions()
+"""
+
+
+def test_a_code_location_whose_database_did_not_answer_is_loaded_again(tmp_path):
+    """Its first load fails as Dagster's own does when PostgreSQL is not reached in its few
+    seconds of retries (still recovering, or a loaded machine); the start asks for another."""
+    (tmp_path / "defs.py").write_text(FIRST_LOAD_WITHOUT_DATABASE)
+    port = free_port()
+    dagster = str(Path(sys.executable).parent / "dagster")
+    location = ["-f", str(tmp_path / "defs.py"), "-d", str(tmp_path)]
+    server = subprocess.Popen(
+        [dagster, "code-server", "start", *location, "-h", "127.0.0.1", "-p", str(port)],
+        env={**os.environ, "TRIED": str(tmp_path / "tried")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not code_server_ready("127.0.0.1", port):
+            assert time.monotonic() < deadline, "the code server never loaded its location"
+            time.sleep(0.2)
+        assert (tmp_path / "tried").read_text() == "once"
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_daemon_whose_database_did_not_answer_is_not_ready_yet(monkeypatch, tmp_path):
+    import dagster as dg
+    from dagster_postgres.utils import DagsterPostgresException
+
+    def unreachable(home):
+        raise DagsterPostgresException("too many retries for DB connection")
+
+    monkeypatch.setattr(dg.DagsterInstance, "from_config", unreachable)
+    assert daemon_ready(os.getpid(), tmp_path) is False
 
 
 def test_a_missing_package_is_named_where_it_cannot_be_installed(monkeypatch):
