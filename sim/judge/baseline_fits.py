@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from datetime import date
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -72,11 +73,19 @@ class BaselineFits:
         return len(self._fitted)
 
     def results(self) -> dict[tuple[date, str], tuple[str, float]]:
-        """Every fit, once those asked for are made: (period, "ceiling" or "reference") -> (the
-        `fingerprint` of its inputs, its AUC). Raises RuntimeError when the process failed (with
-        its traceback) or was killed."""
+        """Every fit: (period, "ceiling" or "reference") -> (the `fingerprint` of its inputs, its
+        AUC). Raises RuntimeError when the process failed (with its traceback) or was killed.
+
+        The fits still to make are now what the caller waits for, so the process is lifted to
+        the normal priority first (`hurry`) and every fit asked for is made. Where it may not be
+        lifted, those made so far are returned and the process is ended: at the idle priority on
+        a machine whose cores stay busy it could wait for hours, and `reference_by_period` fits
+        the rest itself."""
         self._inbox.put(None)
         try:
+            if self._process.is_alive() and not self.hurry():
+                self.made()
+                return dict(self._fitted)
             while not self._ended:
                 alive = self._process.is_alive()
                 try:
@@ -90,6 +99,19 @@ class BaselineFits:
         finally:
             self.close()
         return dict(self._fitted)
+
+    def hurry(self) -> bool:
+        """Lift every thread of the process from the idle priority to the normal one; whether
+        it could (a process may raise another's priority only with CAP_SYS_NICE or where its
+        RLIMIT_NICE allows it)."""
+        if not hasattr(os, "sched_setscheduler"):
+            return False
+        try:
+            for thread in Path(f"/proc/{self._process.pid}/task").iterdir():
+                os.sched_setscheduler(int(thread.name), os.SCHED_OTHER, os.sched_param(0))
+        except (PermissionError, FileNotFoundError, ProcessLookupError):
+            return False
+        return True
 
     def _take(self, message: tuple) -> None:
         """A fit made, the end of the fits, or the traceback of a failure."""
@@ -133,9 +155,11 @@ def _die_with(parent: tuple[int, bool]) -> None:
 
 def _lowest_priority() -> None:
     """This process runs only when a core would otherwise be idle (Linux's idle scheduling
-    class; elsewhere the lowest nice value). Threads it starts later inherit it."""
+    class; elsewhere the lowest nice value): each of its threads, those its imports started
+    included. Threads it starts later inherit it."""
     if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        for thread in Path("/proc/self/task").iterdir():
+            os.sched_setscheduler(int(thread.name), os.SCHED_IDLE, os.sched_param(0))
     else:
         os.nice(19)
 

@@ -265,6 +265,7 @@ def cpu_seconds(pid: int) -> float:
 def test_the_weeks_are_fitted_as_they_come_and_then_the_process_rests() -> None:
     fits = BaselineFits(FEATURES, "flight_date")
     try:
+        fits.hurry()  # at the idle priority, a busy machine (another test) would hold it back
         add_by_week(fits, flights(weeks=4), 4)
         # Fitted without being asked for the results: while the days would play.
         deadline = time.monotonic() + 60
@@ -285,6 +286,52 @@ def test_a_failure_in_the_background_is_raised_with_its_traceback() -> None:
     add_by_week(fits, flights(weeks=2).drop(columns="is_late"), 2)
     with pytest.raises(RuntimeError, match=r"(?s)background fits failed.*KeyError: 'is_late'"):
         fits.results()
+
+
+def policies(pid: int) -> set[int]:
+    """The scheduling policy of each thread of process `pid`."""
+    return {os.sched_getscheduler(int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()}
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's idle scheduling class")
+def test_the_fits_run_at_the_idle_priority_until_the_results_are_waited_for(monkeypatch):
+    """While the days play the fits take only idle cores; once the report waits for them,
+    they are all it waits for."""
+    fits = BaselineFits(FEATURES, "flight_date")
+    pid = fits._process.pid
+    settled(pid)
+    assert policies(pid) == {os.SCHED_IDLE}
+    add_by_week(fits, flights(weeks=3), 3)
+    hurry, seen = fits.hurry, []
+    monkeypatch.setattr(fits, "hurry", lambda: seen.append((hurry(), policies(pid))) or True)
+    assert len(fits.results()) == 2  # the ceilings of the second and third weeks
+    assert seen == [(True, {os.SCHED_OTHER})]
+
+
+def test_where_the_fits_cannot_be_hurried_the_report_fits_what_they_had_not(monkeypatch):
+    """Without the right to lift another process's priority, the results are those made so
+    far, and the report's own fits make up the rest."""
+    frame = flights(weeks=4)
+    spend = pd.Series(30, index=sorted(frame.flight_date.unique()))
+    weeks = [START + timedelta(days=7 * k) for k in range(4)]
+    fits = BaselineFits(FEATURES, "flight_date")
+    add_by_week(fits, frame, 4, spend)
+    deadline = time.monotonic() + 300
+    while fits.made() < 1:  # one made, the others possibly not
+        assert time.monotonic() < deadline, "the background process fitted nothing"
+        time.sleep(0.1)
+
+    def refused(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refused)
+    fitted = fits.results()
+    assert not fits._process.is_alive()
+    every = {(week, name) for week in weeks[1:] for name in ("ceiling", "reference")}
+    assert fitted and set(fitted) <= every
+    own = reference_by_period(frame, spend, weeks, FEATURES, "flight_date")
+    reused = reference_by_period(frame, spend, weeks, FEATURES, "flight_date", fitted=fitted)
+    pd.testing.assert_frame_equal(reused, own, check_exact=True)
 
 
 def test_a_killed_fitting_process_is_named_not_waited_for() -> None:
