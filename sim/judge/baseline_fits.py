@@ -53,6 +53,9 @@ class BaselineFits:
             daemon=True,
         )
         self._process.start()
+        # Set here, before the process has started a thread, not by the process itself: set
+        # there, it could come after `hurry` had lifted it, and hold it back for good.
+        self._idle = _set_policy(self._process.pid, "SCHED_IDLE")
         self._fitted: dict[tuple[date, str], tuple[str, float]] = {}
         self._ended = False
 
@@ -104,14 +107,7 @@ class BaselineFits:
         """Lift every thread of the process from the idle priority to the normal one; whether
         it could (a process may raise another's priority only with CAP_SYS_NICE or where its
         RLIMIT_NICE allows it)."""
-        if not hasattr(os, "sched_setscheduler"):
-            return False
-        try:
-            for thread in Path(f"/proc/{self._process.pid}/task").iterdir():
-                os.sched_setscheduler(int(thread.name), os.SCHED_OTHER, os.sched_param(0))
-        except (PermissionError, FileNotFoundError, ProcessLookupError):
-            return False
-        return True
+        return self._idle and _set_policy(self._process.pid, "SCHED_OTHER")
 
     def _take(self, message: tuple) -> None:
         """A fit made, the end of the fits, or the traceback of a failure."""
@@ -153,15 +149,19 @@ def _die_with(parent: tuple[int, bool]) -> None:
         os._exit(0)
 
 
-def _lowest_priority() -> None:
-    """This process runs only when a core would otherwise be idle (Linux's idle scheduling
-    class; elsewhere the lowest nice value): each of its threads, those its imports started
-    included. Threads it starts later inherit it."""
-    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        for thread in Path("/proc/self/task").iterdir():
-            os.sched_setscheduler(int(thread.name), os.SCHED_IDLE, os.sched_param(0))
-    else:
-        os.nice(19)
+def _set_policy(pid: int, policy: str) -> bool:
+    """Set Linux's scheduling `policy` (SCHED_IDLE: only when a core would otherwise be idle;
+    SCHED_OTHER: the normal one) on every thread of process `pid`; whether it could. Threads
+    it starts later inherit its main thread's. Lowering it is always allowed; raising it takes
+    CAP_SYS_NICE or an RLIMIT_NICE that allows it."""
+    if not hasattr(os, "sched_setscheduler") or not hasattr(os, policy):
+        return False
+    try:
+        for thread in Path(f"/proc/{pid}/task").iterdir():
+            os.sched_setscheduler(int(thread.name), getattr(os, policy), os.sched_param(0))
+    except (PermissionError, FileNotFoundError, ProcessLookupError):
+        return False
+    return True
 
 
 def _fit_in_background(
@@ -185,7 +185,8 @@ def _fit_in_background(
     from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: F401
     from threadpoolctl import threadpool_limits
 
-    _lowest_priority()
+    if not hasattr(os, "sched_setscheduler"):  # no idle class to be put in: the lowest nice
+        os.nice(19)
     frames: list[pd.DataFrame] = []
     pending: list[date] = []
     played: PlayedExamples | None = None

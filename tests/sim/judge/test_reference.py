@@ -299,13 +299,25 @@ def test_the_fits_run_at_the_idle_priority_until_the_results_are_waited_for(monk
     they are all it waits for."""
     fits = BaselineFits(FEATURES, "flight_date")
     pid = fits._process.pid
-    settled(pid)
-    assert policies(pid) == {os.SCHED_IDLE}
+    assert policies(pid) == {os.SCHED_IDLE}  # set before it starts a thread: they inherit it
     add_by_week(fits, flights(weeks=3), 3)
     hurry, seen = fits.hurry, []
     monkeypatch.setattr(fits, "hurry", lambda: seen.append((hurry(), policies(pid))) or True)
     assert len(fits.results()) == 2  # the ceilings of the second and third weeks
     assert seen == [(True, {os.SCHED_OTHER})]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's idle scheduling class")
+def test_fits_hurried_before_the_process_got_going_stay_hurried() -> None:
+    """The report may wait for the fits before the process has even imported its libraries
+    (a loaded machine, a short play): it must not put itself back at the idle priority then."""
+    fits = BaselineFits(FEATURES, "flight_date")
+    try:
+        assert fits.hurry()
+        settled(fits._process.pid)
+        assert policies(fits._process.pid) == {os.SCHED_OTHER}
+    finally:
+        fits.close()
 
 
 def test_where_the_fits_cannot_be_hurried_the_report_fits_what_they_had_not(monkeypatch):
@@ -315,6 +327,7 @@ def test_where_the_fits_cannot_be_hurried_the_report_fits_what_they_had_not(monk
     spend = pd.Series(30, index=sorted(frame.flight_date.unique()))
     weeks = [START + timedelta(days=7 * k) for k in range(4)]
     fits = BaselineFits(FEATURES, "flight_date")
+    fits.hurry()  # that one is made soon, wherever this runs
     add_by_week(fits, frame, 4, spend)
     deadline = time.monotonic() + 300
     while fits.made() < 1:  # one made, the others possibly not
@@ -351,6 +364,7 @@ from sim.judge.baseline_fits import BaselineFits
 if __name__ == "__main__":
     features = FeatureConfig(categorical=(), numeric=("x",), label="is_late")
     fits = BaselineFits(features, "flight_date")
+    fits.hurry()  # at the idle priority, a busy machine would not let it start for minutes
     print(fits._process.pid, flush=True)
     time.sleep(600)
 """
