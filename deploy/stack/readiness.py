@@ -34,6 +34,7 @@ def code_server_ready(host: str, port: int) -> bool:
     except DagsterUserCodeProcessError as error:
         if not any(sign in str(error) for sign in DATABASE_UNREACHABLE):
             raise StackError(f"the code location could not be loaded:\n{error}") from error
+        # A reload not answered in time is still loading: the next call asks again.
         with contextlib.suppress(DagsterUserCodeUnreachableError):
             client.reload_code(timeout=RELOAD_TIMEOUT_S)
         return False
