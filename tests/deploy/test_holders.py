@@ -5,6 +5,7 @@ sleepers in place of the services, with the environments the stack gives them.""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import secrets
 import shutil
 import subprocess
@@ -19,15 +20,27 @@ import pytest
 from deploy.secret_scan import Hit, SecretScanner
 from deploy.stack import holders, postgres
 from deploy.stack.stack import SERVICES, Stack
+from deploy.stack.supervisor import Supervisor
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 CALLERS_OWN = "FLYWHEEL_CALLERS_OWN_VARIABLE"
+NAMED = "SUPERVISOR_PROCESS_NAME"
 
 
 def planted(url: str, holder: str | None, env: dict[str, str]) -> subprocess.Popen:
     """A sleeper with `env`, placed under the supervisord of `url` as `holder`'s (or outside)."""
-    placed = {"SUPERVISOR_SERVER_URL": url, "SUPERVISOR_PROCESS_NAME": holder} if holder else {}
+    placed = {"SUPERVISOR_SERVER_URL": url, NAMED: holder} if holder else {}
     return subprocess.Popen(SLEEPER, env={**env, **placed})
+
+
+def exec_done(supervisor: Supervisor, name: str) -> bool:
+    """Whether supervisord's process for `name` runs its command: between its fork and its exec,
+    a process still has supervisord's environment, which names no service."""
+    pid = supervisor.pid(name)
+    try:
+        return pid is not None and psutil.Process(pid).environ().get(NAMED) == name
+    except psutil.Error:
+        return False
 
 
 def test_a_process_holding_a_secret_outside_its_table_is_reported(tmp_path: Path):
@@ -89,11 +102,16 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
 
 def test_each_service_of_the_stack_holds_only_what_its_table_allows(stack: Stack):
     # Every service as the stack defines it (command aside): its own variables and supervisord's.
-    services = [
-        dataclasses.replace(service, command=SLEEPER, ready=lambda: True, user=None)
-        for service in stack.services().values()
-    ]
     supervisor = stack.supervisor
+    services = [
+        dataclasses.replace(
+            service,
+            command=SLEEPER,
+            ready=functools.partial(exec_done, supervisor, name),
+            user=None,
+        )
+        for name, service in stack.services().items()
+    ]
     supervisor.launch(services, timeout_s=30)
     for service in services:
         supervisor.start(service, timeout_s=30)
