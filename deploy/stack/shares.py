@@ -23,9 +23,9 @@ OBJECT_STORE = ("AWS_DEFAULT_REGION", "AWS_CA_BUNDLE")
 # libpq's settings: TLS, checked against the stack's authority.
 POSTGRES_CLIENT = ("PGSSLMODE", "PGSSLROOTCERT")
 # What Dagster's instance reads (deploy/dagster.stack.yaml): its storage through the pooler, its
-# compute logs in the bucket.
+# compute logs in the bucket and their folder before the upload.
 INSTANCE = (
-    "DAGSTER_HOME",
+    *("DAGSTER_HOME", "FLYWHEEL_COMPUTE_LOG_DIR"),
     *("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD"),
     "DAGSTER_PG_DB",
     *POSTGRES_CLIENT,

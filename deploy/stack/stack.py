@@ -112,6 +112,8 @@ class Stack:
             "FLYWHEEL_ENV": "prod",
             "FLYWHEEL_HOME": str(self.root.parent),
             "DAGSTER_HOME": str(self.dagster_home),
+            # Where the runs' compute logs wait for their upload to the bucket (its owner's only).
+            "FLYWHEEL_COMPUTE_LOG_DIR": str(self.root / "compute-logs"),
             # Dagster reaches its database through the pooler.
             "DAGSTER_PG_HOST": host,
             "DAGSTER_PG_PORT": str(ports["pgbouncer"]),
@@ -175,6 +177,7 @@ class Stack:
         """The stack's Dagster instance, workspace, environment file and dataset repository."""
         env = self.environment()
         self.dagster_home.mkdir(parents=True, exist_ok=True)
+        Path(env["FLYWHEEL_COMPUTE_LOG_DIR"]).mkdir(mode=0o700, exist_ok=True)
         shutil.copyfile(REPO / "deploy" / "dagster.stack.yaml", self.dagster_home / "dagster.yaml")
         port = self.settings["ports"]["code_server"]
         self.workspace.write_text(

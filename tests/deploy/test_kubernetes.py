@@ -518,6 +518,7 @@ NOT_IN_CONFIGMAP = {
     "FLYWHEEL_HOME",  # the image
     "FLYWHEEL_DVC_REPO",  # the image
     "DAGSTER_HOME",  # the chart
+    "FLYWHEEL_COMPUTE_LOG_DIR",  # none: a pod stages its compute logs in its own /tmp
     "DAGSTER_PG_HOST",  # the values (postgresql)
     "DAGSTER_PG_PORT",
     "DAGSTER_PG_USER",

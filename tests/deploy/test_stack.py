@@ -16,8 +16,10 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -590,6 +592,12 @@ def test_a_run_killed_mid_step_is_failed_by_run_monitoring_and_retried(
     assert not [r for r in seen if r["status"] in ("STARTED", "STARTING", "QUEUED")]
     expected = len(load().day("flights", day))
     assert day_counts()[day] == (expected, expected)
+    # The killed step's logs, left before their last upload, wait in the stack's own folder,
+    # which its owner alone may read; no run's are in the machine's temporary folder.
+    staged = home / "stack" / "compute-logs"
+    assert list((staged / run_id / "compute_logs").iterdir())
+    assert stat.S_IMODE(staged.stat().st_mode) == 0o700
+    assert not [r["id"] for r in seen if (Path(tempfile.gettempdir()) / r["id"]).exists()]
 
 
 def _in_step(instance, step: str, before: set[str]) -> tuple[str, int] | None:
