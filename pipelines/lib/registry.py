@@ -7,8 +7,10 @@ as tags, so the registry alone tells who was champion when and why.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -36,6 +38,8 @@ BASELINES_ARTIFACT = "baselines/fitted_baselines.pkl"
 # The tag of a model version holding the SHA-256 digest of its stored files (the checkpoint, the
 # model's code and its metadata), recorded by training when it registered the version.
 DIGEST_TAG = "flywheel.artifact_sha256"
+# The prefix of the folders the loaded models' files are in, followed by the loading process's pid.
+MODEL_FOLDER = "flywheel-model-"
 # The tag of a promoted version naming the champion it replaced ("" for the first).
 PREVIOUS_TAG = "flywheel.previous_champion"
 
@@ -256,8 +260,8 @@ def _load_model(
     import mlflow.pyfunc
 
     # Loaded from the very files checked, so nothing can change between the check and the load;
-    # the folder stays while the process may use the model's code, as MLflow's own download does.
-    folder = tempfile.mkdtemp(prefix="flywheel-model-")
+    # the folder stays while the process may use the model's code.
+    folder = model_folder()
     local = _download(stores, uri, folder)
     if expected is not None and (found := artifact_digest(local)) != expected:
         shutil.rmtree(folder, ignore_errors=True)
@@ -268,6 +272,29 @@ def _load_model(
         )
     with process_wide_store(*stores):
         return mlflow.pyfunc.load_model(str(local))
+
+
+def model_folder() -> str:
+    """A new folder in the temporary folder for a model this process loads, removed when the
+    process exits; and, first, the folders of processes that ended without removing theirs (a
+    killed run's): a scoring run's process loads a model each day, and each copy would stay."""
+    for left in Path(tempfile.gettempdir()).glob(f"{MODEL_FOLDER}*-*"):
+        pid = left.name.removeprefix(MODEL_FOLDER).partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(left, ignore_errors=True)
+    folder = tempfile.mkdtemp(prefix=f"{MODEL_FOLDER}{os.getpid()}-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def serving_model(

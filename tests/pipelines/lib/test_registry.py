@@ -3,17 +3,23 @@ while their stored files are those registered."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from pipelines.lib.registry import (
     DIGEST_TAG,
+    MODEL_FOLDER,
     ArtifactDigestError,
     _load_model,
     artifact_digest,
     champion,
     load_model,
+    model_folder,
     record_decision,
     rollback,
     seal,
@@ -172,3 +178,45 @@ def test_the_digest_covers_every_file_and_its_path(tmp_path) -> None:
     moved = artifact_digest(tmp_path)
     (tmp_path / "y").write_bytes(b"")
     assert len({before, moved, artifact_digest(tmp_path)}) == 3
+
+
+LOADER = """
+import sys, time
+from pipelines.lib.registry import champion, load_model
+from pathlib import Path
+from pipelines.lib.tracking import tracker_resource
+tracker = tracker_resource("local", Path(sys.argv[1]))
+print(load_model(tracker, champion(tracker, sys.argv[2])).predict([[0]])[0], flush=True)
+if sys.argv[3] == "stay":
+    time.sleep(600)
+"""
+
+
+@pytest.mark.integration
+def test_a_loaded_models_files_go_with_the_process_that_loaded_them(
+    tracker, sealed, tmp_path, monkeypatch
+) -> None:
+    """A process that ends removes the folder of the model it loaded; one that was killed
+    leaves it, and the next load on the machine removes it."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    env = {**os.environ, "TMPDIR": str(temporary)}
+    command = [sys.executable, "-c", LOADER, str(tmp_path), sealed]
+
+    ended = subprocess.run([*command, "end"], env=env, capture_output=True, text=True)
+    assert (ended.returncode, ended.stdout.strip()) == (0, "2.0"), ended.stderr
+    assert list(temporary.iterdir()) == []
+
+    staying = subprocess.Popen([*command, "stay"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert staying.stdout.readline().strip() == "2.0"
+        (left,) = temporary.iterdir()
+        assert left.name.startswith(f"{MODEL_FOLDER}{staying.pid}-")
+    finally:
+        staying.kill()
+        staying.wait()
+    assert left.exists()
+    model_folder()  # the next load's folder, in this process
+    (ours,) = temporary.iterdir()
+    assert ours.name.startswith(f"{MODEL_FOLDER}{os.getpid()}-")
