@@ -60,7 +60,8 @@ def own_state(home: Path, code: Path) -> dict[str, str]:
     shutil.copy(code / "deploy" / "dagster.yaml", dagster_home / "dagster.yaml")
     data.mkdir(parents=True)
     subprocess.run(["git", "init", "-q"], cwd=data.parent, check=True)
-    subprocess.run([tool("dvc"), "init", "--subdir", "-q"], cwd=data, check=True)
+    quiet = {**os.environ, "DVC_NO_ANALYTICS": "1"}  # `dvc init` reports its use otherwise
+    subprocess.run([tool("dvc"), "init", "--subdir", "-q"], cwd=data, env=quiet, check=True)
     subprocess.run([tool("dvc"), "config", "core.analytics", "false"], cwd=data, check=True)
     env = {k: v for k, v in os.environ.items() if k not in STATE_SETTINGS}
     env.update(

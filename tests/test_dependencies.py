@@ -63,7 +63,8 @@ def test_dagster_cli_selects_assets(tmp_path):
 
 
 def _run(cmd: list[str], cwd: Path) -> str:
-    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}  # `dvc init` reports its use otherwise
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     assert out.returncode == 0, f"{cmd}: {out.stdout}\n{out.stderr}"
     return out.stdout
 

@@ -293,16 +293,19 @@ def read_dvc_hash(pointer: Path) -> str:
 
 
 def init_repository(data: Path) -> None:
-    """A new DVC repository in `data`: `dvc init --subdir` in a new git repository, no telemetry."""
+    """A new DVC repository in `data`: `dvc init --subdir` in a new git repository, no telemetry
+    (`dvc init` itself reports its use unless told not to by the environment)."""
     data.mkdir(parents=True, exist_ok=True)
-    dvc = dvc_executable()
+    dvc, env = dvc_executable(), {**os.environ, "DVC_NO_ANALYTICS": "1"}
     for command, folder in (
         (["git", "init", "-q"], data.parent),
         ([dvc, "init", "--subdir", "-q"], data),
         ([dvc, "config", "core.analytics", "false"], data),
     ):
         # Quiet (a run's output is its log), but an error is shown whole.
-        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            command, cwd=folder, env=env, capture_output=True, text=True, check=False
+        )
         if done.returncode != 0:
             raise DvcCommandError(
                 f"`{' '.join(command)}` failed in {folder}:\n{done.stdout}{done.stderr}"
