@@ -104,11 +104,13 @@ class IsolatedStack(Stack):
         pod = [sys.executable, str(POD), *(f"--hide={h}" for h in hide)]
         pod += [f"--keep={k}" for k in keep]
         enter = ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--propagation=private"]
+        # A pod stages its compute logs in its own temporary folder (tests/deploy/pod.py's).
+        env = {**(server.env or {}), "FLYWHEEL_COMPUTE_LOG_DIR": str(hide[0] / ".pod" / "tmp")}
         services["code_server"] = Service(
             server.name,
             [*enter, "--", *pod, "--", *server.command],
             server.ready,
-            server.env,
+            env,
             server.stop_signal,
             server.user,
             server.stop_wait_s,
