@@ -8,6 +8,7 @@ as tags, so the registry alone tells who was champion when and why.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -19,6 +20,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
+from pipelines.lib.runs import live_process
 from pipelines.lib.tracking import MlflowTracker, process_wide_store
 
 if TYPE_CHECKING:
@@ -38,7 +42,8 @@ BASELINES_ARTIFACT = "baselines/fitted_baselines.pkl"
 # The tag of a model version holding the SHA-256 digest of its stored files (the checkpoint, the
 # model's code and its metadata), recorded by training when it registered the version.
 DIGEST_TAG = "flywheel.artifact_sha256"
-# The prefix of the folders the loaded models' files are in, followed by the loading process's pid.
+# The prefix of the folders the loaded models' files are in, followed by the loading process's
+# pid and start.
 MODEL_FOLDER = "flywheel-model-"
 # The tag of a promoted version naming the champion it replaced ("" for the first).
 PREVIOUS_TAG = "flywheel.previous_champion"
@@ -277,24 +282,17 @@ def _load_model(
 def model_folder() -> str:
     """A new folder in the temporary folder for a model this process loads, removed when the
     process exits; and, first, the folders of processes that ended without removing theirs (a
-    killed run's): a scoring run's process loads a model each day, and each copy would stay."""
-    for left in Path(tempfile.gettempdir()).glob(f"{MODEL_FOLDER}*-*"):
-        pid = left.name.removeprefix(MODEL_FOLDER).partition("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(left, ignore_errors=True)
-    folder = tempfile.mkdtemp(prefix=f"{MODEL_FOLDER}{os.getpid()}-")
+    killed run's): a scoring run's process loads a model each day, and each copy would stay.
+    A folder is named after its process and that process's start (pids are reused)."""
+    for left in Path(tempfile.gettempdir()).glob(f"{MODEL_FOLDER}*@*-*"):
+        pid, _, started = left.name.removeprefix(MODEL_FOLDER).partition("-")[0].partition("@")
+        with contextlib.suppress(ValueError):  # not a name this function gave
+            if live_process(int(pid), float(started)) is None:
+                shutil.rmtree(left, ignore_errors=True)
+    ours = f"{os.getpid()}@{psutil.Process().create_time():.2f}"
+    folder = tempfile.mkdtemp(prefix=f"{MODEL_FOLDER}{ours}-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
 
 
 def serving_model(

@@ -95,7 +95,7 @@ def record_child_process(instance: dg.DagsterInstance, run_id: str, pid: int) ->
     instance.add_run_tags(run_id, {CHILDREN_TAG: children})
 
 
-def _alive(pid: int, started: float) -> psutil.Process | None:
+def live_process(pid: int, started: float) -> psutil.Process | None:
     """The process `pid` if it still is the one started at `started` (pids are reused)."""
     try:
         process = psutil.Process(pid)
@@ -110,7 +110,7 @@ def process_is_gone(tags: Mapping[str, str]) -> bool:
     """Whether the process that `tags` name has ended; False if they name none or another host."""
     if tags.get(HOST_TAG) != socket.gethostname() or PID_TAG not in tags:
         return False
-    return _alive(int(tags[PID_TAG]), float(tags.get(PID_STARTED_TAG, "0"))) is None
+    return live_process(int(tags[PID_TAG]), float(tags.get(PID_STARTED_TAG, "0"))) is None
 
 
 def kill_orphans(tags: Mapping[str, str], timeout_s: float = 30.0) -> list[int]:
@@ -119,7 +119,7 @@ def kill_orphans(tags: Mapping[str, str], timeout_s: float = 30.0) -> list[int]:
     orphans = []
     for entry in tags.get(CHILDREN_TAG, "").split():
         pid, _, started = entry.partition("@")
-        process = _alive(int(pid), float(started))
+        process = live_process(int(pid), float(started))
         if process is None:
             continue
         try:

@@ -212,11 +212,11 @@ def test_a_loaded_models_files_go_with_the_process_that_loaded_them(
     try:
         assert staying.stdout.readline().strip() == "2.0"
         (left,) = temporary.iterdir()
-        assert left.name.startswith(f"{MODEL_FOLDER}{staying.pid}-")
+        assert left.name.startswith(f"{MODEL_FOLDER}{staying.pid}@")
     finally:
         staying.kill()
         staying.wait()
     assert left.exists()
     model_folder()  # the next load's folder, in this process
     (ours,) = temporary.iterdir()
-    assert ours.name.startswith(f"{MODEL_FOLDER}{os.getpid()}-")
+    assert ours.name.startswith(f"{MODEL_FOLDER}{os.getpid()}@")
