@@ -185,7 +185,7 @@ def _fit_in_background(
     from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: F401
     from threadpoolctl import threadpool_limits
 
-    if not hasattr(os, "sched_setscheduler"):  # no idle class to be put in: the lowest nice
+    if not hasattr(os, "SCHED_IDLE"):  # no idle class to be put in (`_set_policy`): the lowest nice
         os.nice(19)
     frames: list[pd.DataFrame] = []
     pending: list[date] = []
